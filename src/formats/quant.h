@@ -1,0 +1,38 @@
+/* Weight block formats (ggml type ids) and their reference dequantisation.
+ * The dequant functions are the scalar ground truth the SIMD kernels are tested against. */
+#ifndef INVAR_QUANT_H
+#define INVAR_QUANT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    INVAR_T_F32 = 0, INVAR_T_F16 = 1, INVAR_T_Q4_0 = 2, INVAR_T_Q4_1 = 3,
+    INVAR_T_Q5_0 = 6, INVAR_T_Q5_1 = 7, INVAR_T_Q8_0 = 8, INVAR_T_Q8_1 = 9,
+    INVAR_T_Q2_K = 10, INVAR_T_Q3_K = 11, INVAR_T_Q4_K = 12, INVAR_T_Q5_K = 13,
+    INVAR_T_Q6_K = 14, INVAR_T_Q8_K = 15, INVAR_T_BF16 = 30
+};
+
+/* Block geometry for every type the parser may meet (so sizes can be validated
+ * even for types we cannot compute with). Returns false for unknown ids. */
+bool quant_type_info(uint32_t type, size_t *block_elems, size_t *block_bytes, const char **name);
+/* True if dequant_row (and so the model) supports this type. */
+bool quant_type_supported(uint32_t type);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
+size_t quant_row_bytes(uint32_t type, int64_t n);
+/* Reference dequantisation of one row of n elements (n multiple of the block size). */
+void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+float fp16_to_f32(uint16_t h);
+uint16_t f32_to_fp16(float f);    /* round to nearest even */
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);    /* round to nearest even */
+
+/* ggml block layouts (little-endian, packed). */
+typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;              /* 18 B / 32 */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } block_q4_1;           /* 20 B / 32 */
+typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;               /* 34 B / 32 */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K; /* 144 B / 256 */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K; /* 210 B / 256 */
+
+#endif

@@ -1,0 +1,39 @@
+/* y = x W^T straight on the model's (quantised) weights.
+ *
+ * Invariance contract: y[i][j] is computed by one fixed sequence of operations that
+ * depends only on x row i, W row j and K: never on m, the other rows, the thread
+ * count or how rows/columns are blocked. Tests sweep m and threads and compare bits. */
+#ifndef INVAR_MATMUL_H
+#define INVAR_MATMUL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "threadpool.h"
+
+typedef struct {
+    uint32_t type;       /* ggml type id (formats/quant.h) */
+    int64_t n, k;        /* W has n rows of k elements, rows stored contiguously */
+    const void *data;    /* original rows (e.g. in the mmap'd file) */
+    size_t row_bytes;
+    void *packed;        /* kernel-private repacked copy, or NULL; owned */
+    size_t packed_bytes;
+} cpu_weight;
+
+/* Validates type and shape (k a multiple of the block size) and may repack.
+ * Returns 0, or non-zero with a message in err. */
+int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
+                    char *err, size_t errlen);
+void cpu_weight_free(cpu_weight *w);
+
+/* Scratch bytes cpu_matmul needs for m rows (activation quantisation etc.). */
+size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m);
+
+/* y[i*ldy + j] = sum_k x[i*ldx + k] * W[j][k] for i < m, j < n. */
+void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
+                float *y, int64_t ldy, void *scratch);
+
+/* NEGATIVE CONTROL, tests only: splits K into a number of partial sums that grows with
+ * m and adds them in float. Same maths, different rounding per m: NOT batch-invariant. */
+void cpu_matmul_splitk_by_m(threadpool *tp, const cpu_weight *w, const float *x, int64_t m,
+                            int64_t ldx, float *y, int64_t ldy, void *scratch);
+
+#endif
