@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Write GGUF models with random weights in a real architecture's layout.
+
+The files carry complete metadata and the tokenizer of the default SmolLM2
+model (vocab 49152), so a real loader (llama.cpp, invar) accepts them.  They
+exist to test the engine's forward pass on every architecture and weight type
+against tools/reference_forward.py without shipping large real checkpoints.
+
+Usage:
+  python tools/make_tiny_model.py --arch llama|qwen2|qwen3 --type Q4_1 \
+      --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m] \
+      [--embd-type Q8_0]
+
+Weight types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 (quantised from Gaussian weights
+with gguf.quants.quantize) and Q4_K Q6_K (gguf-py cannot quantise K-quants,
+so valid blocks are built directly from random quants and moderate scales;
+the weights' true values are whatever gguf.quants.dequantize yields).
+
+K-quant blocks hold 256 values along a row, so the tiny shape widens to
+n_embd=256 / n_ff=512 for K types; for the SmolLM2 shape (n_embd 576, which is
+not a multiple of 256) rows that don't fit fall back to Q8_0, as llama.cpp's
+quantiser also falls back for such rows.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, replace
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+DEFAULT_TOKENIZER_MODEL = os.environ.get(
+    "INVAR_MODEL", "/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+ARCHES = ("llama", "qwen2", "qwen3")
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
+K_TYPES = ("Q4_K", "Q6_K")
+QK_K = 256
+
+FILE_TYPE = {
+    "F32": gguf.LlamaFileType.ALL_F32,
+    "F16": gguf.LlamaFileType.MOSTLY_F16,
+    "BF16": gguf.LlamaFileType.MOSTLY_BF16,
+    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_ctx: int
+    head_dim: int  # may differ from n_embd / n_head (qwen3)
+    rope_base: float
+    rms_eps: float
+
+
+def tiny_shape(arch: str, wtype: str) -> Shape:
+    wide = wtype in K_TYPES  # K-quant rows must be multiples of 256
+    n_embd = 256 if wide else 128
+    n_ff = 512 if wide else 256
+    head_dim = n_embd // 4
+    if arch == "qwen3":
+        head_dim = 64 if not wide else 128  # != n_embd/n_head on purpose
+    return Shape(n_embd=n_embd, n_layer=2 if arch == "llama" else 3, n_head=4,
+                 n_head_kv=2, n_ff=n_ff, n_ctx=512, head_dim=head_dim,
+                 rope_base=10000.0 if arch == "llama" else 1000000.0,
+                 rms_eps=1e-5 if arch == "llama" else 1e-6)
+
+
+SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
+                     n_ctx=8192, head_dim=64, rope_base=100000.0, rms_eps=1e-5)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+_tokenizer_cache: dict[str, list] = {}
+
+
+def tokenizer_fields(src_path: str) -> list:
+    """(key, value, type, sub_type) for every tokenizer.* key of src_path."""
+    if src_path not in _tokenizer_cache:
+        reader = gguf.GGUFReader(src_path)
+        out = []
+        for key, field in reader.fields.items():
+            if not key.startswith("tokenizer."):
+                continue
+            vtype = field.types[0]
+            sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+            out.append((key, field.contents(), vtype, sub))
+        _tokenizer_cache[src_path] = out
+    return _tokenizer_cache[src_path]
+
+
+# ---------------------------------------------------------------- K-quants
+
+def _f16_bytes(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def _pack_q4k_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    """Pack 8 six-bit scales and 8 six-bit mins per block into 12 bytes."""
+    sc = sc.astype(np.uint8)
+    mn = mn.astype(np.uint8)
+    out = np.empty((sc.shape[0], 12), dtype=np.uint8)
+    out[:, 0:4] = (sc[:, 0:4] & 0x3F) | ((sc[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = (mn[:, 0:4] & 0x3F) | ((mn[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (sc[:, 4:8] & 0x0F) | ((mn[:, 4:8] & 0x0F) << 4)
+    return out
+
+
+def random_q4_k(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """Valid Q4_K blocks: value = d*sc*q - dmin*m, q in 0..15, roughly zero-mean."""
+    nb = rows * cols // QK_K
+    sc = rng.integers(16, 64, size=(nb, 8))
+    # dmin = 8*d makes m ~ sc*7.5/8 <= 59 centre each 32-sub-block near zero.
+    mn = np.clip(np.rint(sc * 7.5 / 8 + rng.integers(-2, 3, size=(nb, 8))), 0, 63)
+    # std of d*sc*q is about d*sc*4.6; pick d so the tensor std is ~std.
+    d = (std / (40 * 4.6)) * rng.uniform(0.7, 1.3, size=nb)
+    dmin = 8 * d
+    qs = rng.integers(0, 256, size=(nb, QK_K // 2), dtype=np.uint8)
+    blocks = np.concatenate([_f16_bytes(d), _f16_bytes(dmin),
+                             _pack_q4k_scales(sc, mn), qs], axis=1)
+    assert blocks.shape[1] == gguf.GGML_QUANT_SIZES[QT.Q4_K][1]
+    return blocks.reshape(rows, -1)
+
+
+def random_q6_k(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """Valid Q6_K blocks: value = d*scale*(q-32), q in 0..63, signed int8 scales."""
+    nb = rows * cols // QK_K
+    ql = rng.integers(0, 256, size=(nb, QK_K // 2), dtype=np.uint8)
+    qh = rng.integers(0, 256, size=(nb, QK_K // 4), dtype=np.uint8)
+    mag = rng.integers(8, 41, size=(nb, QK_K // 16))
+    sign = np.where(rng.random((nb, QK_K // 16)) < 0.5, -1, 1)
+    scales = (mag * sign).astype(np.int8).view(np.uint8)
+    # std of scale*(q-32) is about 25*18.5.
+    d = (std / (25 * 18.5)) * rng.uniform(0.7, 1.3, size=nb)
+    blocks = np.concatenate([ql, qh, scales, _f16_bytes(d)], axis=1)
+    assert blocks.shape[1] == gguf.GGML_QUANT_SIZES[QT.Q6_K][1]
+    return blocks.reshape(rows, -1)
+
+
+# ---------------------------------------------------------------- tensors
+
+def encode(rng: np.random.Generator, rows: int, cols: int, std: float, wtype: str):
+    """Random [rows, cols] matrix in wtype: (array, raw_dtype or None, type used)."""
+    if wtype in K_TYPES and cols % QK_K != 0:
+        wtype = "Q8_0"  # same fallback a real quantiser uses for short rows
+    if wtype == "Q4_K":
+        return random_q4_k(rng, rows, cols, std), QT.Q4_K, wtype
+    if wtype == "Q6_K":
+        return random_q6_k(rng, rows, cols, std), QT.Q6_K, wtype
+    w = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+    if wtype == "F32":
+        return w, None, wtype
+    if wtype == "F16":
+        return w.astype(np.float16), None, wtype
+    qt = QT[wtype]
+    return gguf.quants.quantize(w, qt), qt, wtype
+
+
+def default_embd_type(wtype: str) -> str:
+    # Quantised real models usually keep the embedding at 8 bits.
+    return wtype if wtype in ("F32", "F16", "BF16") else "Q8_0"
+
+
+def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1,
+               separate_output: bool = False, shape: str = "tiny",
+               embd_type: str | None = None,
+               tokenizer_src: str = DEFAULT_TOKENIZER_MODEL, quiet: bool = True) -> str:
+    if arch not in ARCHES:
+        raise ValueError(f"unknown arch {arch!r}")
+    if wtype not in TYPES:
+        raise ValueError(f"unknown weight type {wtype!r}")
+    embd_type = embd_type or default_embd_type(wtype)
+    if shape == "tiny":
+        s = tiny_shape(arch, wtype)
+    elif shape == "smollm2-135m":
+        s = SMOLLM2_135M
+        if arch == "qwen3":
+            s = replace(s, rms_eps=1e-6)
+    else:
+        raise ValueError(f"unknown shape {shape!r}")
+
+    tok = tokenizer_fields(tokenizer_src)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(out, arch)
+
+    w.add_name(f"invar-synthetic-{arch}-{shape}-{wtype}-seed{seed}")
+    w.add_type("model")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_rope_dimension_count(s.head_dim)
+    w.add_vocab_size(n_vocab)
+    if arch == "qwen3" or s.head_dim * s.n_head != s.n_embd:
+        w.add_key_length(s.head_dim)
+        w.add_value_length(s.head_dim)
+    w.add_file_type(FILE_TYPE[wtype])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for key, val, vtype, sub in tok:
+        w.add_key_value(key, val, vtype, sub_type=sub)
+
+    used: dict[str, int] = {}
+
+    def add(name: str, rows: int, cols: int, std: float, t: str) -> None:
+        arr, raw, t_used = encode(rng, rows, cols, std, t)
+        used[t_used] = used.get(t_used, 0) + 1
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def add_f32(name: str, arr: np.ndarray) -> None:
+        w.add_tensor(name, arr.astype(np.float32))
+
+    def norm_weight(n: int) -> np.ndarray:
+        return 1.0 + 0.1 * rng.standard_normal(n)
+
+    d, hd = s.n_embd, s.head_dim
+    q_dim, kv_dim = s.n_head * hd, s.n_head_kv * hd
+    # std ~ 0.5..1 / sqrt(fan_in) keeps the residual stream well-behaved.
+    add("token_embd.weight", n_vocab, d, 0.05, embd_type)
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        add_f32(p + "attn_norm.weight", norm_weight(d))
+        add(p + "attn_q.weight", q_dim, d, 1.0 / np.sqrt(d), wtype)
+        add(p + "attn_k.weight", kv_dim, d, 1.0 / np.sqrt(d), wtype)
+        add(p + "attn_v.weight", kv_dim, d, 1.0 / np.sqrt(d), wtype)
+        if arch == "qwen2":
+            add_f32(p + "attn_q.bias", 0.1 * rng.standard_normal(q_dim))
+            add_f32(p + "attn_k.bias", 0.1 * rng.standard_normal(kv_dim))
+            add_f32(p + "attn_v.bias", 0.1 * rng.standard_normal(kv_dim))
+        if arch == "qwen3":
+            add_f32(p + "attn_q_norm.weight", norm_weight(hd))
+            add_f32(p + "attn_k_norm.weight", norm_weight(hd))
+        add(p + "attn_output.weight", d, q_dim, 0.5 / np.sqrt(q_dim), wtype)
+        add_f32(p + "ffn_norm.weight", norm_weight(d))
+        add(p + "ffn_gate.weight", s.n_ff, d, 1.0 / np.sqrt(d), wtype)
+        add(p + "ffn_up.weight", s.n_ff, d, 1.0 / np.sqrt(d), wtype)
+        add(p + "ffn_down.weight", d, s.n_ff, 0.5 / np.sqrt(s.n_ff), wtype)
+    add_f32("output_norm.weight", norm_weight(d))
+    if separate_output:
+        add("output.weight", n_vocab, d, 0.05, embd_type)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if not quiet:
+        print(f"wrote {out}: arch={arch} shape={shape} n_embd={d} layers={s.n_layer} "
+              f"head_dim={hd} types={used}", file=sys.stderr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", choices=ARCHES, default="llama")
+    ap.add_argument("--type", dest="wtype", choices=TYPES, default="Q4_1")
+    ap.add_argument("--embd-type", choices=TYPES, default=None,
+                    help="type of token_embd/output (default: Q8_0 for quantised, else same)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--separate-output", action="store_true",
+                    help="write output.weight instead of tying it to token_embd")
+    ap.add_argument("--shape", "--llama-shape", dest="shape",
+                    choices=("tiny", "smollm2-135m"), default="tiny")
+    ap.add_argument("--tokenizer-from", default=DEFAULT_TOKENIZER_MODEL,
+                    help="GGUF whose tokenizer.* keys are copied")
+    a = ap.parse_args(argv)
+    make_model(a.out, a.arch, a.wtype, a.seed, a.separate_output, a.shape,
+               a.embd_type, a.tokenizer_from,
+               quiet=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Independent numpy forward pass of llama / qwen2 / qwen3 GGUF models.
+
+This is the test oracle for invar's logits.  It shares no code with invar:
+weights are dequantised by gguf-py (gguf.quants.dequantize) and every step is
+plain numpy.  Arithmetic is float64 by default (pass dtype=np.float32 for a
+float32 run; the gap between the two shows how much the oracle itself moves
+under rounding).  Activations are NOT quantised, unlike llama.cpp/invar which
+feed int8 activations to quantised matmuls; tests allow for that.
+
+Semantics (as llama.cpp runs GGUF files of these architectures):
+  * RMSNorm: x / sqrt(mean(x^2) + eps) * w.
+  * RoPE on the first n_rot dims of each head, theta_i = pos * base^(-2i/n_rot).
+    llama: "normal" rope, rotated pairs are adjacent (2i, 2i+1) (the GGUF
+    converter permutes Q/K rows so this matches HF's rotate_half).
+    qwen2/qwen3: NEOX rope, pairs are (i, i + n_rot/2).
+  * GQA: query head h reads kv head h // (n_head / n_head_kv).
+  * Causal softmax attention scaled by 1/sqrt(head_dim).
+  * qwen2: biases on Q, K, V.  qwen3: RMSNorm over head_dim on each Q and K
+    head (weights attn_q_norm / attn_k_norm) before rope.
+  * FFN: down(silu(gate(x)) * up(x)).
+  * Output matrix is output.weight, or token_embd.weight when absent (tied).
+
+CLI:  python tools/reference_forward.py MODEL.gguf --tokens 1,2,3 [--out F]
+      python tools/reference_forward.py MODEL.gguf --prompt "Hi" --generate 20
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import gguf
+
+
+@dataclass
+class Config:
+    arch: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    rope_base: float
+    rms_eps: float
+    n_vocab: int
+    neox: bool
+
+
+@dataclass
+class Model:
+    cfg: Config
+    tensors: dict = field(default_factory=dict)  # name -> float array, numpy shape [ne1, ne0]
+    dtype: type = np.float64
+
+
+def _field(reader: gguf.GGUFReader, key: str, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def dequantize_tensor(t) -> np.ndarray:
+    """GGUF tensor -> float32 array shaped like numpy sees it ([ne1, ne0])."""
+    shape = tuple(int(x) for x in reversed(t.shape))  # t.shape is ggml order (ne0 first)
+    raw = np.asarray(t.data)
+    if t.tensor_type == gguf.GGMLQuantizationType.F32:
+        arr = raw.view(np.float32)
+    else:
+        arr = gguf.quants.dequantize(raw, t.tensor_type)
+    return np.asarray(arr, dtype=np.float32).reshape(shape)
+
+
+_cache: dict = {}
+
+
+def load_model(path: str, dtype=np.float64) -> Model:
+    key = (os.path.abspath(path), np.dtype(dtype).name)
+    if key in _cache:
+        return _cache[key]
+    r = gguf.GGUFReader(path)
+    arch = _field(r, "general.architecture")
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise ValueError(f"unsupported architecture {arch!r}")
+    n_embd = int(_field(r, f"{arch}.embedding_length"))
+    n_head = int(_field(r, f"{arch}.attention.head_count"))
+    head_dim = int(_field(r, f"{arch}.attention.key_length", n_embd // n_head))
+    tensors = {t.name: dequantize_tensor(t).astype(dtype) for t in r.tensors}
+    n_vocab = tensors["token_embd.weight"].shape[0]
+    cfg = Config(
+        arch=arch, n_embd=n_embd,
+        n_layer=int(_field(r, f"{arch}.block_count")),
+        n_head=n_head,
+        n_head_kv=int(_field(r, f"{arch}.attention.head_count_kv", n_head)),
+        head_dim=head_dim,
+        n_rot=int(_field(r, f"{arch}.rope.dimension_count", head_dim)),
+        rope_base=float(_field(r, f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(_field(r, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        n_vocab=n_vocab,
+        neox=arch in ("qwen2", "qwen3"),
+    )
+    m = Model(cfg=cfg, tensors=tensors, dtype=dtype)
+    _cache.clear()  # hold at most one model: the real one is ~1 GB in float64
+    _cache[key] = m
+    return m
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + eps) * w
+
+
+def rope(x: np.ndarray, pos: np.ndarray, cfg: Config) -> np.ndarray:
+    """x: [T, heads, head_dim]; rotate the first n_rot dims of each head."""
+    n_rot = cfg.n_rot
+    half = n_rot // 2
+    inv_freq = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / n_rot)
+    ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]  # [T, half]
+    cos = np.cos(ang).astype(x.dtype)[:, None, :]
+    sin = np.sin(ang).astype(x.dtype)[:, None, :]
+    out = x.copy()
+    if cfg.neox:
+        a, b = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = a * cos - b * sin
+        out[..., half:n_rot] = a * sin + b * cos
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * cos - b * sin
+        out[..., 1:n_rot:2] = a * sin + b * cos
+    return out
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, cfg: Config) -> np.ndarray:
+    """q: [T, n_head, hd], k/v: [T, n_head_kv, hd] -> [T, n_head*hd], causal."""
+    T = q.shape[0]
+    group = cfg.n_head // cfg.n_head_kv
+    kk = np.repeat(k, group, axis=1)  # head h -> kv head h // group
+    vv = np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, kk) / np.sqrt(cfg.head_dim)
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    scores = np.where(mask[None], -np.inf, scores)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p = p / p.sum(axis=-1, keepdims=True)
+    out = np.einsum("hts,shd->thd", p, vv)
+    return out.reshape(T, -1)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def forward(m: Model, token_ids) -> np.ndarray:
+    cfg, W = m.cfg, m.tensors
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.ndim != 1 or ids.size == 0:
+        raise ValueError("token_ids must be a non-empty 1-D sequence")
+    if ids.min() < 0 or ids.max() >= cfg.n_vocab:
+        raise ValueError("token id out of range")
+    T = ids.size
+    pos = np.arange(T)
+    hd = cfg.head_dim
+    x = W["token_embd.weight"][ids]
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        h = rms_norm(x, W[p + "attn_norm.weight"], cfg.rms_eps)
+        q = h @ W[p + "attn_q.weight"].T
+        k = h @ W[p + "attn_k.weight"].T
+        v = h @ W[p + "attn_v.weight"].T
+        if p + "attn_q.bias" in W:
+            q = q + W[p + "attn_q.bias"]
+            k = k + W[p + "attn_k.bias"]
+            v = v + W[p + "attn_v.bias"]
+        q = q.reshape(T, cfg.n_head, hd)
+        k = k.reshape(T, cfg.n_head_kv, hd)
+        v = v.reshape(T, cfg.n_head_kv, hd)
+        if p + "attn_q_norm.weight" in W:
+            q = rms_norm(q, W[p + "attn_q_norm.weight"], cfg.rms_eps)
+            k = rms_norm(k, W[p + "attn_k_norm.weight"], cfg.rms_eps)
+        q = rope(q, pos, cfg)
+        k = rope(k, pos, cfg)
+        x = x + attention(q, k, v, cfg) @ W[p + "attn_output.weight"].T
+        h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.rms_eps)
+        g = h @ W[p + "ffn_gate.weight"].T
+        u = h @ W[p + "ffn_up.weight"].T
+        x = x + (silu(g) * u) @ W[p + "ffn_down.weight"].T
+    x = rms_norm(x, W["output_norm.weight"], cfg.rms_eps)
+    out_w = W.get("output.weight", W["token_embd.weight"])
+    return x @ out_w.T
+
+
+def logits(model_path: str, token_ids, dtype=np.float64) -> np.ndarray:
+    """Logits [T, n_vocab] for every position of token_ids (in `dtype`)."""
+    return forward(load_model(model_path, dtype), token_ids)
+
+
+def greedy(model_path: str, token_ids, n_new: int, eos: int | None = None,
+           dtype=np.float64) -> list[int]:
+    """Greedy continuation (recomputes the whole prefix each step: slow but simple)."""
+    ids = list(token_ids)
+    for _ in range(n_new):
+        nxt = int(np.argmax(logits(model_path, ids, dtype)[-1]))
+        ids.append(nxt)
+        if eos is not None and nxt == eos:
+            break
+    return ids[len(token_ids):]
+
+
+def chat_prompt_text(model_path: str, user_text: str) -> str:
+    """Render the GGUF chat template (jinja2) for one user turn + generation prompt."""
+    import jinja2
+    r = gguf.GGUFReader(model_path)
+    tmpl = _field(r, "tokenizer.chat_template")
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(tmpl).render(
+        messages=[{"role": "user", "content": user_text}], add_generation_prompt=True,
+        bos_token="", eos_token="")
+
+
+class GGUFTokenizer:
+    """Byte-level BPE tokenizer built from the GGUF's tokenizer.ggml.* keys.
+
+    transformers' AutoTokenizer(gguf_file=...) needs torch, which this venv
+    does not have, so the same tokenizer is assembled directly with the
+    `tokenizers` library: vocab + merges from the file, the "smollm"
+    pre-tokenizer (single digits, then GPT-2 byte-level split) and every
+    control token (token_type 3) matched whole, as llama.cpp's special=True does.
+    """
+
+    def __init__(self, model_path: str):
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+        r = gguf.GGUFReader(model_path)
+        kind = _field(r, "tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ValueError(f"only gpt2-style BPE tokenizers are supported, got {kind!r}")
+        tokens = _field(r, "tokenizer.ggml.tokens")
+        types = _field(r, "tokenizer.ggml.token_type")
+        merges = [tuple(m.split(" ", 1)) for m in _field(r, "tokenizer.ggml.merges")]
+        tk = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        tk.decoder = decoders.ByteLevel()
+        tk.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                               for t, ty in zip(tokens, types) if ty == 3])
+        self.tk = tk
+        self.eos_id = int(_field(r, "tokenizer.ggml.eos_token_id", -1))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tk.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        return self.tk.decode(list(ids), skip_special_tokens=False)
+
+
+def load_tokenizer(model_path: str) -> GGUFTokenizer:
+    return GGUFTokenizer(model_path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="numpy reference forward for GGUF models")
+    ap.add_argument("model")
+    ap.add_argument("--tokens", help="comma-separated token ids")
+    ap.add_argument("--prompt", help="user message; chat template applied")
+    ap.add_argument("--generate", type=int, default=0, help="greedy tokens to generate")
+    ap.add_argument("--float32", action="store_true", help="compute in float32")
+    ap.add_argument("--out", help="write float32 logits [T, vocab] row-major here")
+    a = ap.parse_args(argv)
+    dtype = np.float32 if a.float32 else np.float64
+    tok = None
+    if a.tokens:
+        ids = [int(x) for x in a.tokens.split(",") if x.strip()]
+    elif a.prompt is not None:
+        tok = load_tokenizer(a.model)
+        ids = tok.encode(chat_prompt_text(a.model, a.prompt))
+    else:
+        ap.error("give --tokens or --prompt")
+    lg = logits(a.model, ids, dtype)
+    print(f"{len(ids)} tokens, logits shape {lg.shape}, argmax last = {int(lg[-1].argmax())}")
+    if a.out:
+        lg.astype("<f4").tofile(a.out)
+    if a.generate:
+        eos = int(_field(gguf.GGUFReader(a.model), "tokenizer.ggml.eos_token_id", -1))
+        new = greedy(a.model, ids, a.generate, eos=eos, dtype=dtype)
+        print("generated ids:", new)
+        if tok is None:
+            tok = load_tokenizer(a.model)
+        print("text:", repr(tok.decode(new)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
