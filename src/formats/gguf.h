@@ -24,6 +24,9 @@ typedef struct {
 
 typedef struct gguf_file gguf_file;
 
+/* Return codes of gguf_open / gguf_open_memory. */
+enum { GGUF_OK = 0, GGUF_ERR_IO = 1, GGUF_ERR_FORMAT = 2, GGUF_ERR_NOMEM = 3 };
+
 /* Returns 0 on success; on failure a non-zero code and a one-line message in err. */
 int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen);
 /* Parses a caller-owned buffer (no copy; buffer must outlive the gguf_file). For fuzzing/tests. */
@@ -50,6 +53,11 @@ bool gguf_get_arr_info(const gguf_file *f, const char *key, gguf_value_type *ele
 bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s, size_t *len);
 /* Raw pointer to a numeric array's packed little-endian data (may be unaligned: memcpy). */
 const void *gguf_get_arr_data(const gguf_file *f, const char *key);
+
+/* Name of a metadata value type ("u32", "string", ...); "?" for unknown ids. */
+const char *gguf_type_name(gguf_value_type t);
+/* File offset where the tensor data section starts (aligned). */
+uint64_t gguf_data_offset(const gguf_file *f);
 
 /* Tensors. */
 int64_t gguf_n_tensors(const gguf_file *f);
