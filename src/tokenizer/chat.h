@@ -16,4 +16,9 @@ typedef struct {
 char *chat_render(const gguf_file *f, const chat_message *msgs, size_t n,
                   bool add_generation_prompt, char *err, size_t errlen);
 
+/* Same, from a template string (tmpl[0..tlen), e.g. for tests or a template override).
+ * The rendered text never includes BOS: the tokenizer adds it (add_bos). */
+char *chat_render_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                           bool add_generation_prompt, char *err, size_t errlen);
+
 #endif

@@ -1,0 +1,189 @@
+/* Chat templates rendered in C. The Jinja template in the GGUF is not executed: its
+ * family is recognised from its markers and the family's format is produced here,
+ * taking any template-specific text (the default system prompt) from the template. */
+#include "chat.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} strbuf;
+
+static void sb_add(strbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(strbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+static char *fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+static const char *find(const char *h, size_t hl, const char *needle) {
+    size_t nl = strlen(needle);
+    if (nl > hl) return NULL;
+    for (size_t i = 0; i + nl <= hl; i++)
+        if (h[i] == needle[0] && memcmp(h + i, needle, nl) == 0) return h + i;
+    return NULL;
+}
+
+/* The text of a Jinja string literal span, escapes resolved (\n \t \\ \' \"). */
+static void sb_unescape(strbuf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = s[++i];
+            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        }
+        sb_add(b, &c, 1);
+    }
+}
+
+/* Finds a literal "<|im_start|>system<newline>TEXT<|im_end|>" in a ChatML template,
+ * i.e. the system message it inserts when the conversation has none (SmolLM2, Qwen2).
+ * TEXT must lie inside one string literal: no quote or Jinja delimiter in it.
+ * Returns true and the unescaped TEXT in out (malloc'd). */
+static bool chatml_default_system(const char *tmpl, size_t len, char **out) {
+    static const char head[] = "<|im_start|>system";
+    const char *p = tmpl, *end = tmpl + len;
+    while ((p = find(p, (size_t)(end - p), head)) != NULL) {
+        const char *q = p + sizeof head - 1;
+        size_t nl = 0;
+        if (q < end && *q == '\n') nl = 1;
+        else if (q + 1 < end && q[0] == '\\' && q[1] == 'n') nl = 2;
+        p = q;
+        if (!nl) continue;
+        q += nl;
+        const char *stop = find(q, (size_t)(end - q), "<|im_end|>");
+        if (!stop) continue;
+        bool literal = stop > q;
+        for (const char *c = q; c < stop && literal; c++) {
+            if (*c == '\'' || *c == '"') literal = c > q && c[-1] == '\\';
+            if (*c == '{' && c + 1 < stop && (c[1] == '{' || c[1] == '%')) literal = false;
+        }
+        if (!literal) continue;
+        strbuf b = {0};
+        sb_unescape(&b, q, (size_t)(stop - q));
+        if (b.oom) { free(b.p); return false; }
+        *out = b.p;
+        return true;
+    }
+    return false;
+}
+
+static char *render_chatml(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                           bool add_gen, char *err, size_t errlen) {
+    strbuf b = {0};
+    char *def = NULL;
+    if (n > 0 && strcmp(msgs[0].role, "system") != 0 && chatml_default_system(tmpl, tlen, &def)) {
+        sb_str(&b, "<|im_start|>system\n");
+        sb_str(&b, def);
+        sb_str(&b, "<|im_end|>\n");
+        free(def);
+    }
+    for (size_t i = 0; i < n; i++) {
+        sb_str(&b, "<|im_start|>");
+        sb_str(&b, msgs[i].role);
+        sb_str(&b, "\n");
+        sb_str(&b, msgs[i].content);
+        sb_str(&b, "<|im_end|>\n");
+    }
+    if (add_gen) sb_str(&b, "<|im_start|>assistant\n");
+    if (b.oom || !b.p) {
+        free(b.p);
+        return b.oom ? fail(err, errlen, "chat: out of memory") : calloc(1, 1);
+    }
+    return b.p;
+}
+
+static bool is_jinja_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Jinja's |trim: strips leading and trailing whitespace. */
+static void sb_trimmed(strbuf *b, const char *s) {
+    size_t n = strlen(s), i = 0;
+    while (i < n && is_jinja_space(s[i])) i++;
+    while (n > i && is_jinja_space(s[n - 1])) n--;
+    sb_add(b, s + i, n - i);
+}
+
+/* Llama-3: <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT|trim<|eot_id|> per message.
+ * The template's leading bos_token is left out: the tokenizer adds BOS itself
+ * (tokenizer.ggml.add_bos_token), and the text form would give it twice. */
+static char *render_llama3(const chat_message *msgs, size_t n, bool add_gen, char *err,
+                           size_t errlen) {
+    strbuf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        sb_str(&b, "<|start_header_id|>");
+        sb_str(&b, msgs[i].role);
+        sb_str(&b, "<|end_header_id|>\n\n");
+        sb_trimmed(&b, msgs[i].content);
+        sb_str(&b, "<|eot_id|>");
+    }
+    if (add_gen) sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (b.oom || !b.p) {
+        free(b.p);
+        return b.oom ? fail(err, errlen, "chat: out of memory") : calloc(1, 1);
+    }
+    return b.p;
+}
+
+char *chat_render_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                           bool add_generation_prompt, char *err, size_t errlen) {
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    if (!tmpl || (n > 0 && !msgs)) return fail(err, errlen, "chat: no template or messages");
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content)
+            return fail(err, errlen, "chat: message %zu has no role or content", i);
+        bool ok = false;
+        for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
+            ok = ok || strcmp(msgs[i].role, roles[r]) == 0;
+        if (!ok)
+            return fail(err, errlen, "chat: message %zu has unsupported role '%.32s' "
+                        "(system, user, assistant, tool)", i, msgs[i].role);
+    }
+    if (find(tmpl, tlen, "<|im_start|>"))
+        return render_chatml(tmpl, tlen, msgs, n, add_generation_prompt, err, errlen);
+    if (find(tmpl, tlen, "<|start_header_id|>")) {
+        /* Llama 3.1+ always emits a system block with knowledge/date lines and tool
+         * options; rendering it without executing the template is not supported. */
+        if (find(tmpl, tlen, "Cutting Knowledge Date"))
+            return fail(err, errlen, "chat: Llama-3.1-style chat template (date/tools "
+                        "system block) is not supported");
+        return render_llama3(msgs, n, add_generation_prompt, err, errlen);
+    }
+    return fail(err, errlen, "chat: unrecognised chat template (supported families: "
+                "ChatML <|im_start|>, Llama-3 <|start_header_id|>)");
+}
+
+char *chat_render(const gguf_file *f, const chat_message *msgs, size_t n,
+                  bool add_generation_prompt, char *err, size_t errlen) {
+    const char *tmpl;
+    size_t tlen;
+    if (!f || !gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen))
+        return fail(err, errlen, "chat: the model has no tokenizer.chat_template");
+    return chat_render_template(tmpl, tlen, msgs, n, add_generation_prompt, err, errlen);
+}
