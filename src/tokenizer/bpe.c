@@ -113,11 +113,17 @@ int bpe_encode_piece(const struct tokenizer *t, bpe_scratch *s, const unsigned c
         return 0;
     }
     if (len > INT32_MAX / 4 || scratch_reserve(s, len) != 0) return -1;
-    int32_t n = (int32_t)len;
-    for (int32_t i = 0; i < n; i++) {
-        s->ids[i] = t->byte_id[piece[i]];
-        s->prev[i] = i - 1;
-        s->next[i] = i + 1 < n ? i + 1 : -1;
+    /* Bytes without a token (a vocabulary may lack e.g. 0xFF) become the unknown token;
+     * adjacent ones fuse into a single unknown, as Hugging Face's BPE does (fuse_unk). */
+    int32_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int32_t id = t->byte_id[piece[i]];
+        if (id < 0 && n > 0 && s->ids[n - 1] < 0) continue;
+        s->ids[n] = id;
+        s->prev[n] = n - 1;
+        s->next[n] = -1;
+        if (n > 0) s->next[n - 1] = n;
+        n++;
     }
     size_t hn = 0;
     for (int32_t i = 0; i + 1 < n; i++) queue_pair(t, s, &hn, i);
