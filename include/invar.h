@@ -1,0 +1,123 @@
+/* invar: a batch-invariant LLM inference engine.
+ *
+ * Guarantee: a request's token ids and logprobs are bitwise identical whatever else is in
+ * the batch, in whatever order requests arrive, and for any thread count (docs/invariance.md).
+ * All functions are C11; strings are UTF-8. Functions that can fail take an err buffer and
+ * return non-zero (or a negative id) with a one-line message in it. */
+#ifndef INVAR_H
+#define INVAR_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INVAR_MAX_TOP_LOGPROBS 20
+
+typedef struct invar_model invar_model;
+typedef struct invar_engine invar_engine;
+
+/* ---- model ---------------------------------------------------------------------- */
+int invar_model_load(const char *gguf_path, invar_model **out, char *err, size_t errlen);
+void invar_model_free(invar_model *m);
+const char *invar_model_arch(const invar_model *m);
+int32_t invar_model_n_vocab(const invar_model *m);
+int32_t invar_model_n_ctx(const invar_model *m);     /* training context length */
+
+/* Tokenize: writes up to cap ids, returns the total count (call again if > cap), -1 on error. */
+int64_t invar_tokenize(const invar_model *m, const char *text, size_t len, bool add_bos,
+                       bool parse_special, int32_t *out, int64_t cap);
+/* Raw bytes of one token; returns the byte count (may exceed cap), -1 for a bad id. */
+int invar_token_bytes(const invar_model *m, int32_t id, char *buf, size_t cap);
+bool invar_token_is_eog(const invar_model *m, int32_t id);
+
+typedef struct {
+    const char *role;
+    const char *content;
+} invar_chat_message;
+/* Renders messages with the model's chat template; returns a malloc'd string or NULL. */
+char *invar_chat_render(const invar_model *m, const invar_chat_message *msgs, size_t n,
+                        bool add_generation_prompt, char *err, size_t errlen);
+
+/* Raw logits of every position of a token sequence, [n][n_vocab], computed in chunks of
+ * `chunk` tokens (0 = all at once); the bits do not depend on chunk or n_threads. */
+int invar_model_logits(const invar_model *m, const int32_t *tokens, int64_t n, int64_t chunk,
+                       int32_t n_threads, float *out, char *err, size_t errlen);
+
+/* ---- sampling ------------------------------------------------------------------- */
+typedef struct {
+    int32_t max_tokens;     /* > 0 */
+    float temperature;      /* 0 = greedy (argmax, lowest id on ties) */
+    int32_t top_k;          /* 0 = off */
+    float top_p;            /* 1 = off */
+    float min_p;            /* 0 = off */
+    uint64_t seed;          /* with temperature > 0: draws keyed by (seed, position) */
+    int32_t top_logprobs;   /* alternatives reported per token, 0..INVAR_MAX_TOP_LOGPROBS */
+    bool ignore_eos;        /* keep going past end-of-generation tokens */
+} invar_sampling;
+void invar_sampling_default(invar_sampling *s);
+
+/* ---- engine --------------------------------------------------------------------- */
+typedef struct {
+    int32_t n_threads;          /* 0 = number of online CPUs */
+    int32_t max_batch;          /* sequences per step (default 16) */
+    int32_t max_batch_tokens;   /* tokens per forward: decodes + prefill chunks (default 512) */
+    int32_t n_ctx;              /* per-sequence context limit, 0 = the model's */
+    int64_t kv_mem_mb;          /* KV-cache memory budget (default 1024) */
+} invar_engine_config;
+void invar_engine_config_default(invar_engine_config *c);
+
+typedef enum {
+    INVAR_FINISH_NONE = 0,      /* still running */
+    INVAR_FINISH_STOP,          /* end-of-generation token */
+    INVAR_FINISH_LENGTH,        /* max_tokens or the context limit */
+    INVAR_FINISH_ERROR,         /* rejected: see invar_result.error */
+    INVAR_FINISH_CANCELLED
+} invar_finish;
+
+/* One generated token, as reported to the callback and in results. */
+typedef struct {
+    int32_t token;
+    float logprob;              /* log-softmax of the raw logits (temperature 1, no truncation) */
+    int32_t n_top;
+    int32_t top_ids[INVAR_MAX_TOP_LOGPROBS];
+    float top_logprobs[INVAR_MAX_TOP_LOGPROBS];
+} invar_token_info;
+
+/* Called from invar_engine_step for each new token of each request. */
+typedef void (*invar_token_cb)(void *user, int64_t request_id, const invar_token_info *tok);
+
+int invar_engine_create(invar_model *m, const invar_engine_config *cfg, invar_engine **out,
+                        char *err, size_t errlen);
+void invar_engine_free(invar_engine *e);
+void invar_engine_set_callback(invar_engine *e, invar_token_cb cb, void *user);
+
+/* Queues a request; returns its id (>= 0). A request that can never run (empty, over the
+ * context, over the KV budget, bad parameters) still gets an id and finishes at once
+ * with INVAR_FINISH_ERROR; -1 only for allocation failure. */
+int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_prompt,
+                            const invar_sampling *s);
+/* Runs one forward over the scheduled tokens. Returns the number of unfinished requests,
+ * or -1 on an internal error (message via invar_engine_error). */
+int invar_engine_step(invar_engine *e);
+const char *invar_engine_error(const invar_engine *e);
+int invar_engine_cancel(invar_engine *e, int64_t request_id);
+
+typedef struct {
+    invar_finish finish;
+    const char *error;              /* for INVAR_FINISH_ERROR */
+    int64_t n_tokens;
+    const invar_token_info *tokens; /* n_tokens entries, valid until release */
+    int64_t n_prompt;
+} invar_result;
+/* Result so far of a request (finish == NONE while running); 0, or -1 for an unknown id. */
+int invar_engine_result(const invar_engine *e, int64_t request_id, invar_result *out);
+/* Forgets a finished request and frees its result. */
+void invar_engine_release(invar_engine *e, int64_t request_id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,121 @@
+/* invar CUDA backend (Hopper, sm_90a): batch-invariant kernels behind a C API.
+ *
+ * Every kernel here computes each output element with one fixed sequence of floating-point
+ * operations that does not depend on how many rows (tokens, sequences) are in the call, nor
+ * on where a row sits in the batch: row i of an M-row call is bitwise equal to the same row
+ * computed alone (docs/cuda.md says how each kernel guarantees it).
+ *
+ * All pointers are device pointers unless a name says host_. bf16 values are raw uint16_t bit
+ * patterns. Calls are asynchronous on the context's stream; functions return 0 on success and
+ * a negative INVAR_CUDA_E* code otherwise (invar_cuda_last_error() has a one-line message). */
+#ifndef INVAR_CUDA_H
+#define INVAR_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    INVAR_CUDA_OK = 0,
+    INVAR_CUDA_EARG = -1,     /* a shape or pointer the kernel cannot take */
+    INVAR_CUDA_ECUDA = -2,    /* a CUDA runtime / cuBLAS call failed */
+    INVAR_CUDA_ENODEV = -3,   /* no usable sm_90 device */
+    INVAR_CUDA_ENOMEM = -4
+};
+
+typedef enum { INVAR_CUDA_BF16 = 0, INVAR_CUDA_F32 = 1 } invar_cuda_dtype;
+
+typedef struct invar_cuda_ctx invar_cuda_ctx;
+
+/* Creates a context on `device` (must be compute capability 9.0). */
+int invar_cuda_init(invar_cuda_ctx **out, int device);
+void invar_cuda_free(invar_cuda_ctx *ctx);
+/* stream is a cudaStream_t (NULL = legacy default stream). */
+void invar_cuda_set_stream(invar_cuda_ctx *ctx, void *stream);
+const char *invar_cuda_last_error(const invar_cuda_ctx *ctx);
+int invar_cuda_sm_count(const invar_cuda_ctx *ctx);
+/* Grows the split-K / split-KV workspaces so that calls up to these sizes allocate nothing
+ * (needed before capturing calls into a CUDA graph). */
+int invar_cuda_reserve(invar_cuda_ctx *ctx, size_t gemm_ws_bytes, size_t attn_ws_bytes);
+
+/* ---- GEMM: C[M,N] = A[M,K] . W[N,K]^T, bf16 in, fp32 accumulate --------------------- */
+/* Invariant GEMM. K and N multiples of 8; A, W, C 16-byte aligned, row-major, dense. */
+int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                    invar_cuda_dtype c_type, int M, int N, int K);
+/* Same product through cuBLAS: fast, NOT batch-invariant (the comparison path). */
+int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                           invar_cuda_dtype c_type, int M, int N, int K);
+
+/* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
+typedef struct {
+    int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */
+    int k_chunk;           /* absolute K chunk: partial sums restart at every multiple of it */
+    int n_chunks;
+    int split;             /* 1: chunks of one tile run on different CTAs */
+    int units, grid, stages;
+} invar_cuda_gemm_plan;
+int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
+                             invar_cuda_gemm_plan *out);
+
+/* ---- row kernels: one CTA per row, fixed reduction tree ------------------------------ */
+/* residual[i] += x[i] (bf16 round), then y = residual * rsqrt(mean(residual^2) + eps) * w.
+ * x may be NULL (plain RMSNorm of residual, residual unchanged). D % 8 == 0. */
+int invar_cuda_rmsnorm(invar_cuda_ctx *ctx, const uint16_t *x, uint16_t *residual,
+                       const uint16_t *w, uint16_t *y, int M, int D, float eps);
+/* out[M,F] = silu(gu[:, :F]) * gu[:, F:], gu is [M, 2F]. F % 8 == 0. */
+int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint16_t *out, int M, int F);
+/* Rotary embedding in place, rotate-half (NeoX / HF Llama) layout: x is [M, H, D] with row
+ * stride `row_stride` elements; pair (j, j+D/2) turns by pos[m] * inv_freq[j]. inv_freq is
+ * float[D/2] on the device. */
+int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *pos, const float *inv_freq,
+                    int M, int H, int D, int row_stride);
+/* out[m] = table[ids[m]], rows of D bf16. D % 8 == 0. */
+int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, const int32_t *ids,
+                     uint16_t *out, int M, int D, int V);
+/* logp[M,V] (fp32) = log_softmax(logits[M,V]) with logits fp32. V % 4 == 0. */
+int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, float *logp, int M, int V);
+/* Samples one token per row from softmax(logits/temperature[m]); temperature 0 = argmax
+ * (lowest id on ties). u[m] in [0,1) is the row's uniform draw (the caller derives it from
+ * the request's seed and position, so it does not depend on the batch). Writes token[m] and
+ * logprob[m] (log-softmax of the raw logits at that token). V % 4 == 0. */
+int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const float *temperature,
+                      const float *u, int32_t *token, float *logprob, int M, int V);
+
+/* ---- paged attention ------------------------------------------------------------------ */
+/* KV cache: k_cache/v_cache are [n_pages][n_kv_heads][INVAR_CUDA_PAGE][head_dim] bf16.
+ * Sequence s has ctx_len[s] cached positions (its new tokens included, already written with
+ * invar_cuda_kv_write) mapped through block_table[s * max_pages + p]; its q_len[s] query
+ * tokens are rows q_start[s] .. q_start[s]+q_len[s]-1 of q [T, n_heads, head_dim] and sit at
+ * positions ctx_len[s]-q_len[s] .. ctx_len[s]-1 (causal). The KV reduction is cut at
+ * absolute positions that are multiples of INVAR_CUDA_KV_SPLIT and merged in position order,
+ * so a token's output is the same in decode, prefill, chunked prefill or after a prefix hit,
+ * whatever else is batched. head_dim == 128; n_heads % n_kv_heads == 0. */
+#define INVAR_CUDA_PAGE 16
+#define INVAR_CUDA_KV_SPLIT 256
+
+typedef struct invar_cuda_attn_plan invar_cuda_attn_plan;
+/* Builds the work list for one batch (host arrays; copies them to the device). */
+int invar_cuda_attn_plan_create(invar_cuda_ctx *ctx, invar_cuda_attn_plan **out, int n_seqs,
+                                const int32_t *host_q_start, const int32_t *host_q_len,
+                                const int32_t *host_ctx_len, int n_heads, int n_kv_heads,
+                                int head_dim, int max_pages);
+void invar_cuda_attn_plan_free(invar_cuda_attn_plan *plan);
+/* 1 if the plan splits the KV across CTAs (partials + a merge pass), 0 if each CTA folds all
+ * of a token's splits itself; both give the same bits. force: -1 auto, 0 never, 1 always. */
+int invar_cuda_attn_plan_split(const invar_cuda_attn_plan *plan);
+void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *plan, int force);
+/* out [T, n_heads, head_dim] bf16; scale is usually 1/sqrt(head_dim). */
+int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *plan, const uint16_t *q,
+                         const uint16_t *k_cache, const uint16_t *v_cache,
+                         const int32_t *block_table, uint16_t *out, float scale);
+/* Writes k,v [T, n_kv_heads, head_dim] into the cache at slot[t] = page * PAGE + offset. */
+int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const uint16_t *v,
+                        uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot, int T,
+                        int n_kv_heads, int head_dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The second README command: the whole test suite.
+#   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
+#   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
+#   3. ASan+UBSan build: the same C tests
+#   4. libFuzzer: each fuzz target briefly, from its seed corpus
+#   5. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
+# Run scripts/setup.sh once first. FUZZ_SECONDS (default 30) sets the time per fuzz target.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+JOBS=$(nproc)
+passed=0
+failed=0
+failures=""
+
+stage() { # name command...
+    local name=$1
+    shift
+    echo
+    echo "=== $name ==="
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "=== $name: ok ==="
+    else
+        failed=$((failed + 1))
+        failures="$failures $name"
+        echo "=== $name: FAILED ==="
+    fi
+}
+
+release() {
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DINVAR_CUDA=OFF >/dev/null &&
+        cmake --build build -j"$JOBS" &&
+        (cd build && ctest --output-on-failure -j"$JOBS")
+}
+
+python_tests() {
+    INVAR_BUILD_DIR="$PWD/build" INVAR_BIN="$PWD/build/invar" HF_HUB_OFFLINE=1 \
+        .venv/bin/python -m pytest -q tests/python
+}
+
+sanitizers() {
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=ON -DINVAR_CUDA=OFF >/dev/null &&
+        cmake --build build-asan -j"$JOBS" &&
+        (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+            ctest --output-on-failure -j"$JOBS")
+}
+
+fuzz() {
+    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
+        -DINVAR_TESTS=OFF -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS" || return 1
+    local ok=0
+    for bin in build-fuzz/fuzz_*; do
+        local name
+        name=$(basename "$bin")
+        local corpus=tests/fuzz/corpus/${name#fuzz_}
+        local work
+        work=$(mktemp -d)
+        [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+        echo "fuzzing $name for ${FUZZ_SECONDS}s"
+        "$bin" -max_total_time="$FUZZ_SECONDS" -print_final_stats=0 "$work" >"$work.log" 2>&1 || {
+            tail -40 "$work.log"
+            ok=1
+        }
+        rm -rf "$work" "$work.log"
+    done
+    return $ok
+}
+
+cuda_build() {
+    if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+        echo "nvcc not found: skipped"
+        return 0
+    fi
+    [ -f cmake/cuda.cmake ] || { echo "no CUDA backend in this tree"; return 0; }
+    export PATH=$PATH:/usr/local/cuda/bin
+    cmake -S . -B build-cuda-ci -DCMAKE_BUILD_TYPE=Release -DINVAR_CUDA=ON -DINVAR_TESTS=OFF >/dev/null &&
+        cmake --build build-cuda-ci -j"$JOBS"
+}
+
+stage release-tests release
+stage python-tests python_tests
+stage sanitizer-tests sanitizers
+stage fuzz fuzz
+stage cuda-build cuda_build
+
+echo
+[ -n "$failures" ] && echo "failed stages:$failures"
+echo "stages: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,63 @@
+/* Shared pieces of the invar command-line program. */
+#ifndef INVAR_CLI_H
+#define INVAR_CLI_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "invar.h"
+
+/* Exit codes. */
+enum { EXIT_OK = 0, EXIT_REQUEST_ERRORS = 1, EXIT_USAGE = 2, EXIT_MODEL = 3, EXIT_IO = 4 };
+
+#define DEFAULT_MODEL_NAME "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/* --model, else $INVAR_MODEL, else models/<default> under the cwd or beside the binary. */
+const char *cli_model_path(const char *opt);
+/* Loads the model or prints why not; NULL on failure. */
+invar_model *cli_load_model(const char *opt_path);
+
+/* Engine options shared by every command that generates. */
+typedef struct {
+    invar_engine_config engine;
+} cli_engine_opts;
+/* Handles --threads/--max-batch/--max-batch-tokens/--n-ctx/--kv-mem-mb; returns 1 if it
+ * consumed the option, 0 if not one of these, -1 on a bad value. */
+int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
+#define CLI_ENGINE_HELP \
+    "  --threads N            worker threads (default: all cores; results do not depend on it)\n" \
+    "  --max-batch N          sequences per forward step (default 16)\n" \
+    "  --max-batch-tokens N   tokens per forward step, decodes + prefill chunks (default 512)\n" \
+    "  --n-ctx N              per-sequence context limit (default: the model's)\n" \
+    "  --kv-mem-mb N          KV-cache memory budget in MiB (default 1024)\n"
+
+bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool parse_f32(const char *s, float *out);
+bool parse_u64(const char *s, uint64_t *out);
+
+/* Text of generated tokens (end-of-generation tokens dropped), as valid UTF-8 (invalid
+ * bytes become U+FFFD). malloc'd. */
+char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n);
+/* Replaces invalid UTF-8 with U+FFFD; malloc'd. */
+char *utf8_sanitize(const char *s, size_t len);
+
+/* float32 printed with the fewest digits that read back to the same float. */
+void format_f32(char *buf, size_t cap, float v);
+
+/* A terminal progress bar on stderr (no-op when stderr is not a terminal). */
+typedef struct {
+    bool on;
+    int64_t total;
+    double t0;
+} progress;
+void progress_start(progress *p, int64_t total);
+void progress_update(progress *p, int64_t done, int64_t tokens);
+void progress_end(progress *p);
+double now_seconds(void);
+
+int cmd_generate(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+#endif

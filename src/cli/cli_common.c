@@ -1,0 +1,200 @@
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static char g_path[4096];
+
+const char *cli_model_path(const char *opt) {
+    if (opt) return opt;
+    const char *env = getenv("INVAR_MODEL");
+    if (env && *env) return env;
+    snprintf(g_path, sizeof g_path, "models/%s", DEFAULT_MODEL_NAME);
+    if (access(g_path, R_OK) == 0) return g_path;
+    /* Beside the binary: <repo>/build/invar -> <repo>/models/ */
+    char exe[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(g_path, sizeof g_path, "%s/../models/%s", exe, DEFAULT_MODEL_NAME);
+            if (access(g_path, R_OK) == 0) return g_path;
+        }
+    }
+    snprintf(g_path, sizeof g_path, "models/%s", DEFAULT_MODEL_NAME);
+    return g_path;
+}
+
+invar_model *cli_load_model(const char *opt_path) {
+    const char *path = cli_model_path(opt_path);
+    char err[512];
+    invar_model *m = NULL;
+    if (invar_model_load(path, &m, err, sizeof err)) {
+        fprintf(stderr, "invar: cannot load model '%s': %s\n", path, err);
+        if (!opt_path) fprintf(stderr, "invar: run scripts/setup.sh to fetch the default model, or pass --model PATH\n");
+        return NULL;
+    }
+    return m;
+}
+
+bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_f32(const char *s, float *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
+    int64_t v;
+    struct { const char *name; int64_t lo, hi; } opts[] = {
+        {"threads", 1, 256}, {"max-batch", 1, 4096}, {"max-batch-tokens", 1, 1 << 20},
+        {"n-ctx", 1, 1 << 24}, {"kv-mem-mb", 1, 1 << 24}};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
+        if (strcmp(name, opts[i].name)) continue;
+        if (!parse_i64(val, opts[i].lo, opts[i].hi, &v)) {
+            fprintf(stderr, "invar: --%s needs an integer in [%lld, %lld]\n", name, (long long)opts[i].lo,
+                    (long long)opts[i].hi);
+            return -1;
+        }
+        switch (i) {
+        case 0: c->n_threads = (int32_t)v; break;
+        case 1: c->max_batch = (int32_t)v; break;
+        case 2: c->max_batch_tokens = (int32_t)v; break;
+        case 3: c->n_ctx = (int32_t)v; break;
+        default: c->kv_mem_mb = v; break;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static size_t utf8_valid_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
+    else return 0;
+    if (n < len) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+char *utf8_sanitize(const char *s, size_t len) {
+    char *out = malloc(len * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t l = utf8_valid_len((const unsigned char *)s + i, len - i);
+        if (l) {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n) {
+    size_t cap = 256, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (invar_token_is_eog(m, toks[i].token)) continue;
+        for (;;) {
+            int b = invar_token_bytes(m, toks[i].token, buf + len, cap - len);
+            if (b < 0) break;
+            if ((size_t)b <= cap - len) {
+                len += (size_t)b;
+                break;
+            }
+            cap = cap * 2 + (size_t)b;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+        }
+    }
+    char *clean = utf8_sanitize(buf, len);
+    free(buf);
+    return clean;
+}
+
+void format_f32(char *buf, size_t cap, float v) {
+    if (!isfinite(v)) {
+        snprintf(buf, cap, v < 0 ? "-1e309" : "1e309"); /* JSON has no inf: read back as +-inf */
+        return;
+    }
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, cap, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void progress_start(progress *p, int64_t total) {
+    p->on = isatty(2) && total > 1;
+    p->total = total;
+    p->t0 = now_seconds();
+}
+
+void progress_update(progress *p, int64_t done, int64_t tokens) {
+    if (!p->on) return;
+    int width = 30, fill = (int)(width * done / (p->total ? p->total : 1));
+    double dt = now_seconds() - p->t0;
+    fprintf(stderr, "\r[%.*s%*s] %lld/%lld requests  %.1f tok/s ", fill, "##############################",
+            width - fill, "", (long long)done, (long long)p->total, dt > 0 ? (double)tokens / dt : 0.0);
+    fflush(stderr);
+}
+
+void progress_end(progress *p) {
+    if (p->on) fputs("\n", stderr);
+}

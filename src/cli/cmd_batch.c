@@ -1,0 +1,168 @@
+/* invar batch: JSONL requests in, JSONL results out (in input order). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "request_json.h"
+
+static const char *HELP =
+    "usage: invar batch [options] [--input FILE] [--output FILE]\n"
+    "\n"
+    "Reads one JSON request per line and writes one JSON result per line, in input order.\n"
+    "Request fields: id (echoed), prompt (text, special tokens parsed) or messages\n"
+    "([{role, content}], the model's chat template applied), max_tokens (default 64),\n"
+    "temperature (default 0 = greedy), top_k, top_p, min_p, seed, logprobs (number of top\n"
+    "alternatives per token, 0-20).\n"
+    "Result fields: id, token_ids, logprobs (float32, printed to round-trip exactly), text,\n"
+    "finish_reason (stop|length), prompt_tokens, top_logprobs; or id, line, error.\n"
+    "A bad line gets an error result; the other requests are unaffected.\n"
+    "\n"
+    "options:\n"
+    "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
+    "  --input FILE           requests (default: stdin)\n"
+    "  --output FILE          results (default: stdout)\n"
+    CLI_ENGINE_HELP
+    "\n"
+    "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
+
+typedef struct {
+    invar_model *m;
+    FILE *out;
+    job *jobs;
+    cJSON **ids;
+    int64_t *lines;
+    char *done;
+    int64_t n, next_out;
+    int64_t *valid_to_all;
+    job *valid;
+} batch_ctx;
+
+static void flush_ready(batch_ctx *c) {
+    while (c->next_out < c->n && c->done[c->next_out]) {
+        int64_t i = c->next_out++;
+        char *s = result_to_json(c->m, c->ids[i], &c->jobs[i], c->lines[i]);
+        if (s) fprintf(c->out, "%s\n", s);
+        free(s);
+        fflush(c->out);
+    }
+}
+
+static void on_done(void *user, int64_t vi) {
+    batch_ctx *c = user;
+    int64_t i = c->valid_to_all[vi];
+    c->jobs[i] = c->valid[vi]; /* ownership moves back */
+    memset(&c->valid[vi], 0, sizeof c->valid[vi]);
+    c->done[i] = 1;
+    flush_ready(c);
+}
+
+static int read_requests(batch_ctx *c, FILE *in) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t lineno = 0, alloc = 0;
+    while ((len = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        size_t k = 0;
+        while (k < (size_t)len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
+        if (k == (size_t)len) continue; /* blank line */
+        if (c->n == alloc) {
+            alloc = alloc ? alloc * 2 : 64;
+            c->jobs = realloc(c->jobs, sizeof *c->jobs * (size_t)alloc);
+            c->ids = realloc(c->ids, sizeof *c->ids * (size_t)alloc);
+            c->lines = realloc(c->lines, sizeof *c->lines * (size_t)alloc);
+            if (!c->jobs || !c->ids || !c->lines) { free(line); return -1; }
+        }
+        int64_t i = c->n++;
+        job *j = &c->jobs[i];
+        memset(j, 0, sizeof *j);
+        c->lines[i] = lineno;
+        cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
+        c->ids[i] = NULL;
+        char err[256];
+        const char *bad;
+        if (!o) {
+            bad = "invalid JSON";
+        } else {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+            if (id) c->ids[i] = cJSON_Duplicate(id, 1);
+            bad = request_from_json(c->m, o, j, err, sizeof err);
+            cJSON_Delete(o);
+        }
+        if (bad) {
+            j->finish = INVAR_FINISH_ERROR;
+            j->error = strdup(bad);
+        }
+    }
+    free(line);
+    return 0;
+}
+
+int cmd_batch(int argc, char **argv) {
+    const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
+    invar_engine_config cfg;
+    invar_engine_config_default(&cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
+        if (strncmp(a, "--", 2) || i + 1 >= argc) {
+            fprintf(stderr, "invar batch: unexpected argument '%s' (see --help)\n", a);
+            return EXIT_USAGE;
+        }
+        const char *name = a + 2, *val = argv[++i];
+        int r = cli_engine_opt(&cfg, name, val);
+        if (r < 0) return EXIT_USAGE;
+        if (r) continue;
+        if (!strcmp(name, "model")) model_path = val;
+        else if (!strcmp(name, "input")) in_path = val;
+        else if (!strcmp(name, "output")) out_path = val;
+        else { fprintf(stderr, "invar batch: unknown option '%s' (see --help)\n", a); return EXIT_USAGE; }
+    }
+    FILE *in = stdin, *out = stdout;
+    if (in_path && !(in = fopen(in_path, "r"))) {
+        fprintf(stderr, "invar batch: cannot open input '%s'\n", in_path);
+        return EXIT_IO;
+    }
+    batch_ctx c = {0};
+    c.m = cli_load_model(model_path);
+    if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
+    int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;
+    if (in != stdin) fclose(in);
+    if (rc == EXIT_OK && out_path && !(out = fopen(out_path, "w"))) {
+        fprintf(stderr, "invar batch: cannot open output '%s'\n", out_path);
+        rc = EXIT_IO;
+    }
+    c.out = out;
+    c.done = calloc((size_t)c.n + 1, 1);
+    c.valid_to_all = malloc(sizeof(int64_t) * ((size_t)c.n + 1));
+    job *valid = malloc(sizeof(job) * ((size_t)c.n + 1));
+    if (rc == EXIT_OK && (!c.done || !c.valid_to_all || !valid)) rc = EXIT_IO;
+    if (rc == EXIT_OK) {
+        int64_t nv = 0;
+        for (int64_t i = 0; i < c.n; i++) {
+            if (c.jobs[i].finish == INVAR_FINISH_ERROR) c.done[i] = 1;
+            else { c.valid_to_all[nv] = i; valid[nv++] = c.jobs[i]; }
+        }
+        flush_ready(&c);
+        /* Results stream out in input order as soon as a prefix of requests is done. */
+        c.valid = valid;
+        if (run_jobs(c.m, &cfg, valid, nv, NULL, on_done, &c)) rc = EXIT_IO;
+        for (int64_t v = 0; v < nv; v++)
+            if (!c.done[c.valid_to_all[v]]) c.jobs[c.valid_to_all[v]] = valid[v];
+        flush_ready(&c);
+        for (int64_t i = 0; i < c.n && rc == EXIT_OK; i++)
+            if (c.jobs[i].finish == INVAR_FINISH_ERROR) rc = EXIT_REQUEST_ERRORS;
+    }
+    for (int64_t i = 0; i < c.n; i++) {
+        job_clear(&c.jobs[i]);
+        cJSON_Delete(c.ids[i]);
+    }
+    free(valid);
+    free(c.jobs);
+    free(c.ids);
+    free(c.lines);
+    free(c.done);
+    free(c.valid_to_all);
+    if (out != stdout) fclose(out);
+    invar_model_free(c.m);
+    return rc;
+}

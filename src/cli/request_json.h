@@ -1,0 +1,15 @@
+/* JSON request parsing and result printing for `invar batch` (cJSON). */
+#ifndef INVAR_CLI_REQUEST_JSON_H
+#define INVAR_CLI_REQUEST_JSON_H
+#include <cjson/cJSON.h>
+#include "jobs.h"
+
+/* Fills j (prompt tokens + sampling) from one JSON object. Returns NULL on success or a
+ * static/err-buffer message describing what is wrong with the request. */
+const char *request_from_json(const invar_model *m, const cJSON *obj, job *j, char *err, size_t errlen);
+/* Tokenizes text (parse_special, BOS per the model); malloc'd ids or NULL. */
+int32_t *tokenize_alloc(const invar_model *m, const char *text, int64_t *n_out);
+/* One result line (no trailing newline); malloc'd. id may be NULL. */
+char *result_to_json(const invar_model *m, const cJSON *id, const job *j, int64_t line);
+
+#endif

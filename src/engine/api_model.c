@@ -1,0 +1,52 @@
+/* Public model API: thin wrappers over the model and tokenizer layers. */
+#include <stdlib.h>
+
+#include "../model/model.h"
+#include "../tokenizer/chat.h"
+#include "engine_internal.h"
+#include "invar.h"
+
+int invar_model_load(const char *path, invar_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    invar_model *im = calloc(1, sizeof *im);
+    if (!im) return -1;
+    if (model_load(path, &im->m, err, errlen)) {
+        free(im);
+        return -1;
+    }
+    *out = im;
+    return 0;
+}
+
+void invar_model_free(invar_model *im) {
+    if (!im) return;
+    model_free(im->m);
+    free(im);
+}
+
+const char *invar_model_arch(const invar_model *im) { return im->m->cfg.arch_name; }
+int32_t invar_model_n_vocab(const invar_model *im) { return (int32_t)im->m->cfg.n_vocab; }
+int32_t invar_model_n_ctx(const invar_model *im) { return (int32_t)im->m->rope_len; }
+
+int64_t invar_tokenize(const invar_model *im, const char *text, size_t len, bool add_bos,
+                       bool parse_special, int32_t *out, int64_t cap) {
+    return tokenizer_encode(im->m->tok, text, len, add_bos, parse_special, out, cap);
+}
+
+int invar_token_bytes(const invar_model *im, int32_t id, char *buf, size_t cap) {
+    return tokenizer_token_bytes(im->m->tok, id, buf, cap);
+}
+
+bool invar_token_is_eog(const invar_model *im, int32_t id) { return tokenizer_is_eog(im->m->tok, id); }
+
+char *invar_chat_render(const invar_model *im, const invar_chat_message *msgs, size_t n,
+                        bool add_generation_prompt, char *err, size_t errlen) {
+    /* invar_chat_message and chat_message have the same layout by design. */
+    _Static_assert(sizeof(invar_chat_message) == sizeof(chat_message), "chat message layout");
+    return chat_render(im->m->gguf, (const chat_message *)msgs, n, add_generation_prompt, err, errlen);
+}
+
+void invar_sampling_default(invar_sampling *s) {
+    *s = (invar_sampling){.max_tokens = 64, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
+                          .min_p = 0.0f, .seed = 0, .top_logprobs = 0, .ignore_eos = false};
+}

@@ -1,0 +1,30 @@
+/* Row operations. Each output row depends on its own input row only, through one
+ * fixed sequence of float operations, so they are batch-invariant by construction.
+ * invar_expf is the single exp used everywhere (softmax, SiLU, sampling). */
+#ifndef INVAR_ROWOPS_H
+#define INVAR_ROWOPS_H
+#include <stdbool.h>
+#include <stdint.h>
+
+float invar_expf(float x);
+float invar_silu(float x);
+
+/* Fixed-order dot product: 8 interleaved partial sums, then a fixed tree. */
+float row_dot(const float *a, const float *b, int64_t n);
+/* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL: no weight). y may alias x. */
+void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+/* out = silu(gate) * up, elementwise. out may alias gate. */
+void row_silu_mul(const float *gate, const float *up, float *out, int64_t n);
+/* y += x */
+void row_add(float *y, const float *x, int64_t n);
+
+/* RoPE: rotates n_heads heads of head_dim floats at one position.
+ * cs holds cos/sin pairs for this position: cs[2*i], cs[2*i+1] for i < n_rot/2.
+ * neox: pairs (i, i + n_rot/2) (Qwen); else adjacent pairs (2i, 2i+1) (Llama in GGUF). */
+void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float *cs, bool neox);
+
+/* log-softmax statistics of a row: returns log(sum(exp(x - max))) + max, computed with
+ * a sequential double accumulation in index order. */
+float row_logsumexp(const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,22 @@
+/* Hyperparameters of a Llama-family model, read from GGUF metadata. */
+#ifndef INVAR_MODEL_CONFIG_H
+#define INVAR_MODEL_CONFIG_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "../formats/gguf.h"
+
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+
+typedef struct {
+    model_arch arch;
+    char arch_name[32];
+    int64_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_rot;
+    int64_t n_vocab, n_ctx_train;
+    float rms_eps, rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
+    bool rope_neox;                            /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
+} model_config;
+
+int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,41 @@
+/* The forward pass over a ragged batch: tokens of many sequences (prefill chunks and
+ * decode steps mixed) go through every layer together; each token attends to its own
+ * sequence's paged KV cache. Every per-token result depends only on that token's
+ * sequence (see docs/invariance.md): the batch only changes speed. */
+#ifndef INVAR_FORWARD_H
+#define INVAR_FORWARD_H
+#include <stdint.h>
+#include "../kernels/cpu/threadpool.h"
+#include "model.h"
+
+/* KV storage: per layer, [n_blocks][KV_BLOCK][kv_dim] floats for K and for V. */
+typedef struct {
+    int64_t n_blocks, kv_dim, n_layer;
+    float *k, *v;
+} kv_storage;
+
+int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks);
+void kv_storage_free(kv_storage *s);
+size_t kv_bytes_per_block(const model_config *c);
+
+typedef struct {
+    int64_t n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *const *block_tables; /* per token: its sequence's block table */
+    int64_t n_logits;
+    const int32_t *logit_rows;          /* token indices whose logits are wanted */
+} fwd_batch;
+
+typedef struct fwd_state fwd_state;
+
+/* max_tokens: the most tokens one forward will carry; max_logits: rows of logits. */
+fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logits);
+void fwd_state_free(fwd_state *s);
+
+/* Writes logits [n_logits][n_vocab]. Positions must be < m->rope_len and each
+ * sequence's blocks for positions 0..pos must exist. Returns 0, -1 on bad input. */
+int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, const fwd_batch *b,
+                  float *logits);
+
+#endif

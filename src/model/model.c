@@ -1,0 +1,154 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../formats/quant.h"
+#include "rope_table.h"
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+
+static const gguf_tensor *find(const model *m, const char *name) {
+    return gguf_find_tensor(m->gguf, name);
+}
+
+static int check_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, char *err, size_t errlen) {
+    int64_t rows = 1;
+    for (uint32_t d = 1; d < t->n_dims; d++) rows *= t->ne[d];
+    if (t->ne[0] != ne0 || rows != ne1)
+        FAIL("tensor %s has shape [%lld, %lld], expected [%lld, %lld]", t->name, (long long)t->ne[0],
+             (long long)rows, (long long)ne0, (long long)ne1);
+    return 0;
+}
+
+/* A matrix [rows = out features][k = in features] bound for the matmul kernels. */
+static int bind_matrix(model *m, cpu_weight *w, const char *name, int64_t k, int64_t n, char *err,
+                       size_t errlen) {
+    const gguf_tensor *t = find(m, name);
+    if (!t) FAIL("missing tensor %s", name);
+    if (check_shape(t, k, n, err, errlen)) return -1;
+    if (!quant_type_supported(t->type)) {
+        const char *tn = "?";
+        size_t be, bb;
+        quant_type_info(t->type, &be, &bb, &tn);
+        FAIL("tensor %s has unsupported type %s", name, tn);
+    }
+    char e2[200];
+    if (cpu_weight_init(w, t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", name, e2);
+    return 0;
+}
+
+/* A vector (norm weight, bias) copied to float32. Absent and optional -> *out = NULL. */
+static int load_vector(model *m, float **out, const char *name, int64_t n, int required, char *err,
+                       size_t errlen) {
+    *out = NULL;
+    const gguf_tensor *t = find(m, name);
+    if (!t) {
+        if (required) FAIL("missing tensor %s", name);
+        return 0;
+    }
+    if (check_shape(t, n, 1, err, errlen)) return -1;
+    if (!quant_type_supported(t->type) || quant_row_bytes(t->type, n) == 0) FAIL("tensor %s: unsupported type", name);
+    *out = malloc(sizeof(float) * (size_t)n);
+    if (!*out) FAIL("out of memory");
+    dequant_row(t->type, t->data, *out, n);
+    return 0;
+}
+
+static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    layer_weights *L = &m->layers[il];
+    int64_t qd = c->n_head * c->head_dim, kvd = c->n_head_kv * c->head_dim;
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
+    if (load_vector(m, &L->attn_norm, NAME("attn_norm.weight"), c->n_embd, 1, err, errlen)) return -1;
+    if (load_vector(m, &L->ffn_norm, NAME("ffn_norm.weight"), c->n_embd, 1, err, errlen)) return -1;
+    if (bind_matrix(m, &L->wq, NAME("attn_q.weight"), c->n_embd, qd, err, errlen)) return -1;
+    if (bind_matrix(m, &L->wk, NAME("attn_k.weight"), c->n_embd, kvd, err, errlen)) return -1;
+    if (bind_matrix(m, &L->wv, NAME("attn_v.weight"), c->n_embd, kvd, err, errlen)) return -1;
+    if (bind_matrix(m, &L->wo, NAME("attn_output.weight"), qd, c->n_embd, err, errlen)) return -1;
+    if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen)) return -1;
+    if (bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen)) return -1;
+    if (bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen)) return -1;
+    int need_bias = c->arch == ARCH_QWEN2;
+    if (load_vector(m, &L->bq, NAME("attn_q.bias"), qd, need_bias, err, errlen)) return -1;
+    if (load_vector(m, &L->bk, NAME("attn_k.bias"), kvd, need_bias, err, errlen)) return -1;
+    if (load_vector(m, &L->bv, NAME("attn_v.bias"), kvd, need_bias, err, errlen)) return -1;
+    int need_qk_norm = c->arch == ARCH_QWEN3;
+    if (load_vector(m, &L->q_norm, NAME("attn_q_norm.weight"), c->head_dim, need_qk_norm, err, errlen)) return -1;
+    if (load_vector(m, &L->k_norm, NAME("attn_k_norm.weight"), c->head_dim, need_qk_norm, err, errlen)) return -1;
+#undef NAME
+    return 0;
+}
+
+static int load_all(model *m, const char *path, char *err, size_t errlen) {
+    if (gguf_open(path, &m->gguf, err, errlen)) return -1;
+    if (model_config_read(m->gguf, &m->cfg, err, errlen)) return -1;
+    model_config *c = &m->cfg;
+    if (tokenizer_load(m->gguf, &m->tok, err, errlen)) return -1;
+
+    m->tok_embd = find(m, "token_embd.weight");
+    if (!m->tok_embd) FAIL("missing tensor token_embd.weight");
+    if (m->tok_embd->n_dims != 2 || m->tok_embd->ne[0] != c->n_embd) FAIL("token_embd.weight has the wrong shape");
+    if (!quant_type_supported(m->tok_embd->type)) FAIL("token_embd.weight has an unsupported type");
+    c->n_vocab = m->tok_embd->ne[1];
+    if (tokenizer_n_vocab(m->tok) != c->n_vocab)
+        FAIL("vocabulary size mismatch: tokenizer %d, embeddings %lld", tokenizer_n_vocab(m->tok),
+             (long long)c->n_vocab);
+
+    if (load_vector(m, &m->output_norm, "output_norm.weight", c->n_embd, 1, err, errlen)) return -1;
+    const char *out_name = find(m, "output.weight") ? "output.weight" : "token_embd.weight";
+    if (bind_matrix(m, &m->output, out_name, c->n_embd, c->n_vocab, err, errlen)) return -1;
+
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->layers) FAIL("out of memory");
+    for (int64_t il = 0; il < c->n_layer; il++)
+        if (load_layer(m, il, err, errlen)) return -1;
+
+    float *freq_factors = NULL;
+    if (load_vector(m, &freq_factors, "rope_freqs.weight", c->n_rot / 2, 0, err, errlen)) return -1;
+    m->rope_len = c->n_ctx_train;
+    m->rope_cs = rope_table_build(c, freq_factors, m->rope_len);
+    free(freq_factors);
+    if (!m->rope_cs) FAIL("out of memory");
+    return 0;
+}
+
+int model_load(const char *path, model **out, char *err, size_t errlen) {
+    *out = NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m) FAIL("out of memory");
+    if (load_all(m, path, err, errlen)) {
+        model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+static void free_layer(layer_weights *L) {
+    cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) cpu_weight_free(ws[i]);
+    float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int64_t il = 0; il < m->cfg.n_layer; il++) free_layer(&m->layers[il]);
+    free(m->layers);
+    cpu_weight_free(&m->output);
+    free(m->output_norm);
+    free(m->rope_cs);
+    tokenizer_free(m->tok);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+void model_embed(const model *m, int32_t token, float *out) {
+    const gguf_tensor *t = m->tok_embd;
+    size_t rb = quant_row_bytes(t->type, t->ne[0]);
+    dequant_row(t->type, (const char *)t->data + (size_t)token * rb, out, t->ne[0]);
+}

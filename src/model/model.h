@@ -1,0 +1,35 @@
+/* A loaded model: GGUF mapping, config, tokenizer, weights bound for the CPU kernels. */
+#ifndef INVAR_MODEL_H
+#define INVAR_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../formats/gguf.h"
+#include "../kernels/cpu/matmul.h"
+#include "../tokenizer/tokenizer.h"
+#include "config.h"
+
+typedef struct {
+    cpu_weight wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm;
+    float *bq, *bk, *bv;        /* Qwen2 biases, or NULL */
+    float *q_norm, *k_norm;     /* Qwen3 per-head QK-norm weights, or NULL */
+} layer_weights;
+
+typedef struct model {
+    gguf_file *gguf;
+    model_config cfg;
+    tokenizer *tok;
+    const gguf_tensor *tok_embd;
+    cpu_weight output;          /* output.weight, or token_embd when tied */
+    float *output_norm;
+    layer_weights *layers;
+    float *rope_cs;             /* [rope_len][n_rot/2][cos, sin] */
+    int64_t rope_len;
+} model;
+
+int model_load(const char *path, model **out, char *err, size_t errlen);
+void model_free(model *m);
+/* Embedding row of a token into out[n_embd]. */
+void model_embed(const model *m, int32_t token, float *out);
+
+#endif
