@@ -1,0 +1,101 @@
+/* Context: device properties, the driver's tensor-map encoder, growable workspaces. */
+#include <cudaTypedefs.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.h"
+
+int invar_cuda_fail(invar_cuda_ctx *ctx, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (ctx) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int invar_cuda_check(invar_cuda_ctx *ctx, cudaError_t st, const char *what)
+{
+    if (st == cudaSuccess) return 0;
+    return invar_cuda_fail(ctx, INVAR_CUDA_ECUDA, "%s: %s", what, cudaGetErrorString(st));
+}
+
+int invar_cuda_grow(invar_cuda_ctx *ctx, void **buf, size_t *have, size_t bytes,
+                               int zero)
+{
+    if (bytes <= *have) return 0;
+    if (*buf) {
+        /* Earlier launches may still read the old buffer. */
+        if (invar_cuda_check(ctx, cudaDeviceSynchronize(), "sync before grow")) return INVAR_CUDA_ECUDA;
+        cudaFree(*buf);
+        *buf = NULL;
+        *have = 0;
+    }
+    if (cudaMalloc(buf, bytes) != cudaSuccess) {
+        *buf = NULL;
+        return invar_cuda_fail(ctx, INVAR_CUDA_ENOMEM, "cudaMalloc(%zu) failed", bytes);
+    }
+    if (zero && invar_cuda_check(ctx, cudaMemset(*buf, 0, bytes), "memset workspace"))
+        return INVAR_CUDA_ECUDA;
+    *have = bytes;
+    return 0;
+}
+
+extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
+{
+    *out = NULL;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) return INVAR_CUDA_ENODEV;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return INVAR_CUDA_ENODEV;
+    if (prop.major != 9) return INVAR_CUDA_ENODEV; /* wgmma / TMA code is sm_90a only */
+    if (cudaSetDevice(device) != cudaSuccess) return INVAR_CUDA_ENODEV;
+    invar_cuda_ctx *ctx = (invar_cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx) return INVAR_CUDA_ENOMEM;
+    ctx->device = device;
+    ctx->sm_count = prop.multiProcessorCount;
+    ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        free(ctx);
+        return INVAR_CUDA_ENODEV;
+    }
+    ctx->encode_tiled = fn;
+    *out = ctx;
+    return 0;
+}
+
+void invar_cuda_cublas_destroy(invar_cuda_ctx *ctx); /* gemm_cublas.cu */
+
+extern "C" void invar_cuda_free(invar_cuda_ctx *ctx)
+{
+    if (!ctx) return;
+    cudaDeviceSynchronize();
+    invar_cuda_cublas_destroy(ctx);
+    cudaFree(ctx->gemm_ws);
+    cudaFree(ctx->gemm_counters);
+    cudaFree(ctx->attn_ws);
+    free(ctx);
+}
+
+extern "C" void invar_cuda_set_stream(invar_cuda_ctx *ctx, void *stream)
+{
+    ctx->stream = (cudaStream_t)stream;
+}
+
+extern "C" const char *invar_cuda_last_error(const invar_cuda_ctx *ctx)
+{
+    return ctx ? ctx->err : "no context";
+}
+
+extern "C" int invar_cuda_sm_count(const invar_cuda_ctx *ctx) { return ctx->sm_count; }
+
+extern "C" int invar_cuda_reserve(invar_cuda_ctx *ctx, size_t gemm_ws_bytes, size_t attn_ws_bytes)
+{
+    int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, gemm_ws_bytes, 0);
+    if (rc) return rc;
+    return invar_cuda_grow(ctx, (void **)&ctx->attn_ws, &ctx->attn_ws_bytes, attn_ws_bytes, 0);
+}

@@ -1,0 +1,31 @@
+/* Internal state of the CUDA backend, shared by its .cu files. */
+#ifndef INVAR_CUDA_INTERNAL_H
+#define INVAR_CUDA_INTERNAL_H
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include "invar_cuda.h"
+
+struct invar_cuda_ctx {
+    int device;
+    int sm_count;
+    size_t smem_optin;          /* max dynamic shared memory per block */
+    cudaStream_t stream;
+    void *cublas;               /* cublasHandle_t, created on first use */
+    void *encode_tiled;         /* cuTensorMapEncodeTiled, from the driver entry point */
+    float *gemm_ws;             /* split-K partials [chunk][M][N] */
+    size_t gemm_ws_bytes;
+    unsigned *gemm_counters;    /* per-tile arrival counters, zero between calls */
+    size_t gemm_counters_n;
+    float *attn_ws;             /* split-KV partials */
+    size_t attn_ws_bytes;
+    char err[256];
+};
+
+/* Records a message and returns code. */
+int invar_cuda_fail(invar_cuda_ctx *ctx, int code, const char *fmt, ...);
+/* Checks a runtime status; on failure records it with `what` and returns ECUDA. */
+int invar_cuda_check(invar_cuda_ctx *ctx, cudaError_t st, const char *what);
+/* Ensures *buf holds at least `bytes` (synchronising and reallocating when it grows). */
+int invar_cuda_grow(invar_cuda_ctx *ctx, void **buf, size_t *have, size_t bytes, int zero);
+
+#endif

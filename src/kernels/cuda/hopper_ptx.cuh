@@ -1,0 +1,103 @@
+/* Thin wrappers over the sm_90 PTX the GEMM needs: mbarriers, TMA tile loads, wgmma
+ * fences, register reallocation and named barriers. */
+#ifndef INVAR_HOPPER_PTX_CUH
+#define INVAR_HOPPER_PTX_CUH
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_fence_init(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase with the given parity has completed. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n"
+                     "}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* 2-D TMA tile load: box at (x = inner coordinate, y = outer) into smem, completing on bar. */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tmap, int x, int y,
+                                                   uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"((uint64_t)tmap), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void tma_prefetch_desc(const void *tmap)
+{
+    asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");
+}
+
+static __device__ __forceinline__ void wgmma_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_wait0(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_wait1(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+}
+
+/* Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
+ * rows of 128 bytes, 8-row groups 1024 bytes apart; the tile base is 1024-byte aligned and a
+ * k16 step inside the 64-wide K-tile adds 32 bytes to the start address. */
+static __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)(16 >> 4) << 16;      /* leading byte offset (unused for swizzled K-major) */
+    d |= (uint64_t)(1024 >> 4) << 32;    /* stride byte offset: next 8-row group */
+    d |= (uint64_t)1 << 62;              /* 128-byte swizzle */
+    return d;
+}
+
+#define SETMAXNREG_DEC(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 " #n ";" ::: "memory")
+#define SETMAXNREG_INC(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 " #n ";" ::: "memory")
+
+static __device__ __forceinline__ void named_barrier(int id, int nthreads)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+#endif
