@@ -1,0 +1,329 @@
+/* cpu_matmul entry points: weight validation and repacking, activation quantisation,
+ * work split over column chunks, ISA dispatch, and the split-K negative control.
+ *
+ * Work split. Tasks are fixed chunks of output columns (independent of the thread
+ * count); any thread may run any chunk, and every y[i][j] is computed entirely inside
+ * one task by the per-element sequence described in matmul_scalar.c. So neither the
+ * thread count nor m nor the row blocking inside a kernel can change a bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/quant.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_internal.h"
+
+#define GROUPS_PER_TASK 4   /* 64 columns of a quantised matrix per task */
+#define FCOLS_PER_TASK 32   /* columns of a float matrix per task */
+#define QUANT_ROWS_PER_TASK 16
+
+int mm_is_quantised(uint32_t type) {
+    switch (type) {
+    case INVAR_T_Q4_0: case INVAR_T_Q4_1: case INVAR_T_Q8_0: case INVAR_T_Q4_K: case INVAR_T_Q6_K:
+        return 1;
+    default: return 0;
+    }
+}
+
+int64_t mm_unit_elems(uint32_t type) {
+    switch (type) {
+    case INVAR_T_Q4_0: case INVAR_T_Q4_1: case INVAR_T_Q8_0: return 32;
+    case INVAR_T_Q4_K: case INVAR_T_Q6_K: return 256;
+    default: return 1;
+    }
+}
+
+size_t mm_rec_bytes(uint32_t type) {
+    switch (type) {
+    case INVAR_T_Q4_0: return MM_REC_Q4_0;
+    case INVAR_T_Q4_1: return MM_REC_Q4_1;
+    case INVAR_T_Q8_0: return MM_REC_Q8_0;
+    case INVAR_T_Q4_K: return MM_REC_Q4_K;
+    case INVAR_T_Q6_K: return MM_REC_Q6_K;
+    default: return 0;
+    }
+}
+
+/* Bytes of one original weight unit (block). */
+static size_t unit_bytes(uint32_t type) {
+    switch (type) {
+    case INVAR_T_F32: return 4;
+    case INVAR_T_F16: case INVAR_T_BF16: return 2;
+    case INVAR_T_Q4_0: return sizeof(block_q4_0);
+    case INVAR_T_Q4_1: return sizeof(block_q4_1);
+    case INVAR_T_Q8_0: return sizeof(block_q8_0);
+    case INVAR_T_Q4_K: return sizeof(block_q4_K);
+    case INVAR_T_Q6_K: return sizeof(block_q6_K);
+    default: return 0;
+    }
+}
+
+/* Copies 4-byte word `wi` of column c's quant bytes to its transposed slot. */
+static void put_word(uint8_t *rec, int wi, int c, const uint8_t *src) {
+    memcpy(rec + 64 * wi + 4 * c, src + 4 * wi, 4);
+}
+
+static void put_u16(uint8_t *rec, size_t off, int c, uint16_t v) {
+    memcpy(rec + off + 2 * (size_t)c, &v, 2);
+}
+
+/* Fills one record from the unit-u blocks of the (up to 16) rows of one group. */
+static void pack_record(uint32_t type, uint8_t *rec, const uint8_t *const *rows, int ncols,
+                        int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        switch (type) {
+        case INVAR_T_Q4_0: {
+            const block_q4_0 *B = (const block_q4_0 *)rows[c] + u;
+            for (int wi = 0; wi < 4; wi++) put_word(rec, wi, c, B->qs);
+            put_u16(rec, 256, c, B->d);
+            break;
+        }
+        case INVAR_T_Q4_1: {
+            const block_q4_1 *B = (const block_q4_1 *)rows[c] + u;
+            for (int wi = 0; wi < 4; wi++) put_word(rec, wi, c, B->qs);
+            put_u16(rec, 256, c, B->d);
+            put_u16(rec, 288, c, B->m);
+            break;
+        }
+        case INVAR_T_Q8_0: {
+            const block_q8_0 *B = (const block_q8_0 *)rows[c] + u;
+            for (int wi = 0; wi < 8; wi++) put_word(rec, wi, c, (const uint8_t *)B->qs);
+            put_u16(rec, 512, c, B->d);
+            break;
+        }
+        case INVAR_T_Q4_K: {
+            const block_q4_K *B = (const block_q4_K *)rows[c] + u;
+            for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->qs);
+            put_u16(rec, 2048, c, B->d);
+            put_u16(rec, 2080, c, B->dmin);
+            for (int j = 0; j < 8; j++) {
+                int sc, mn;
+                if (j < 4) {
+                    sc = B->scales[j] & 63;
+                    mn = B->scales[j + 4] & 63;
+                } else {
+                    sc = (B->scales[j + 4] & 0xF) | ((B->scales[j - 4] >> 6) << 4);
+                    mn = (B->scales[j + 4] >> 4) | ((B->scales[j] >> 6) << 4);
+                }
+                rec[2112 + 16 * j + c] = (uint8_t)sc;
+                rec[2240 + 16 * j + c] = (uint8_t)mn;
+            }
+            break;
+        }
+        case INVAR_T_Q6_K: {
+            const block_q6_K *B = (const block_q6_K *)rows[c] + u;
+            for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->ql);
+            for (int wi = 0; wi < 16; wi++) put_word(rec + 2048, wi, c, B->qh);
+            for (int s = 0; s < 16; s++) rec[3072 + 16 * s + c] = (uint8_t)B->scales[s];
+            put_u16(rec, 3328, c, B->d);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
+                    char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    const size_t ub = unit_bytes(type);
+    if (!ub) {
+        snprintf(err, errlen, "matmul: unsupported weight type %u", (unsigned)type);
+        return 1;
+    }
+    const int64_t ue = mm_unit_elems(type);
+    if (n <= 0 || k <= 0 || k % ue != 0 || n > ((int64_t)1 << 40) || k > ((int64_t)1 << 30)) {
+        snprintf(err, errlen, "matmul: bad shape n=%lld k=%lld (k must be a multiple of %lld)",
+                 (long long)n, (long long)k, (long long)ue);
+        return 1;
+    }
+    if (!data) {
+        snprintf(err, errlen, "matmul: no weight data");
+        return 1;
+    }
+    w->type = type;
+    w->n = n;
+    w->k = k;
+    w->data = data;
+    w->row_bytes = (size_t)(k / ue) * ub;
+    const size_t rb = mm_rec_bytes(type);
+    if (!rb) return 0; /* float types are read in place */
+    const int64_t ngroups = (n + MM_NC - 1) / MM_NC, nu = k / ue;
+    const size_t bytes = (size_t)ngroups * (size_t)nu * rb;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) {
+        snprintf(err, errlen, "matmul: out of memory repacking %zu bytes", bytes);
+        return 1;
+    }
+    memset(p, 0, bytes); /* padded columns: zero quants and scales */
+    for (int64_t g = 0; g < ngroups; g++) {
+        const uint8_t *rows[MM_NC];
+        int ncols = 0;
+        for (int c = 0; c < MM_NC && g * MM_NC + c < n; c++, ncols++)
+            rows[c] = (const uint8_t *)data + (size_t)(g * MM_NC + c) * w->row_bytes;
+        for (int64_t u = 0; u < nu; u++)
+            pack_record(type, p + ((size_t)g * (size_t)nu + (size_t)u) * rb, rows, ncols, u);
+    }
+    w->packed = p;
+    w->packed_bytes = bytes;
+    return 0;
+}
+
+void cpu_weight_free(cpu_weight *w) {
+    if (!w) return;
+    free(w->packed);
+    w->packed = NULL;
+    w->packed_bytes = 0;
+}
+
+static size_t align64(size_t v) { return (v + 63) / 64 * 64; }
+
+size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m) {
+    if (!mm_is_quantised(w->type) || m <= 0) return 0;
+    const size_t nb = (size_t)(w->k / MM_QK);
+    return 64 + align64((size_t)m * (size_t)w->k) + align64((size_t)m * nb * sizeof(float)) +
+           align64((size_t)m * nb * 2 * sizeof(int16_t));
+}
+
+static mm_xq carve_xq(const cpu_weight *w, int64_t m, void *scratch) {
+    uintptr_t p = ((uintptr_t)scratch + 63) & ~(uintptr_t)63;
+    const size_t nb = (size_t)(w->k / MM_QK);
+    mm_xq xq;
+    xq.nb = (int64_t)nb;
+    xq.q = (int8_t *)p;
+    p += align64((size_t)m * (size_t)w->k);
+    xq.d = (float *)p;
+    p += align64((size_t)m * nb * sizeof(float));
+    xq.s = (int16_t *)p;
+    return xq;
+}
+
+typedef struct {
+    const mm_args *a;
+    cpu_isa isa;
+} mm_task;
+
+static void quantize_rows(const mm_args *a, cpu_isa isa, int64_t i0, int64_t i1) {
+    const int64_t k = a->w->k, nb = a->xq.nb;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = a->x + i * a->ldx;
+        int8_t *q = a->xq.q + i * k;
+        float *d = a->xq.d + i * nb;
+        int16_t *s = a->xq.s + i * 2 * nb;
+        if (isa == CPU_ISA_AVX512) mm_quantize_row_avx512(x, k, q, d, s);
+        else if (isa == CPU_ISA_AVX2) mm_quantize_row_avx2(x, k, q, d, s);
+        else mm_quantize_row_scalar(x, k, q, d, s);
+    }
+}
+
+static void task_quantize(void *ctx, int64_t t) {
+    const mm_task *T = ctx;
+    int64_t i0 = t * QUANT_ROWS_PER_TASK, i1 = i0 + QUANT_ROWS_PER_TASK;
+    quantize_rows(T->a, T->isa, i0, i1 < T->a->m ? i1 : T->a->m);
+}
+
+static void task_quant(void *ctx, int64_t t) {
+    const mm_task *T = ctx;
+    const int64_t ngroups = (T->a->w->n + MM_NC - 1) / MM_NC;
+    int64_t g0 = t * GROUPS_PER_TASK, g1 = g0 + GROUPS_PER_TASK;
+    if (g1 > ngroups) g1 = ngroups;
+    if (T->isa == CPU_ISA_AVX512) mm_quant_avx512(T->a, g0, g1);
+    else if (T->isa == CPU_ISA_AVX2) mm_quant_avx2(T->a, g0, g1);
+    else mm_quant_scalar(T->a, g0, g1);
+}
+
+static void task_float(void *ctx, int64_t t) {
+    const mm_task *T = ctx;
+    int64_t j0 = t * FCOLS_PER_TASK, j1 = j0 + FCOLS_PER_TASK;
+    if (j1 > T->a->w->n) j1 = T->a->w->n;
+    if (T->isa == CPU_ISA_AVX512) mm_float_avx512(T->a, j0, j1);
+    else if (T->isa == CPU_ISA_AVX2) mm_float_avx2(T->a, j0, j1);
+    else mm_float_scalar(T->a, j0, j1);
+}
+
+void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
+                float *y, int64_t ldy, void *scratch) {
+    if (m <= 0) return;
+    const cpu_isa isa = cpu_isa_active();
+    mm_args a;
+    memset(&a, 0, sizeof a);
+    a.w = w;
+    a.m = m;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    mm_task T = {&a, isa};
+    if (mm_is_quantised(w->type)) {
+        a.xq = carve_xq(w, m, scratch);
+        /* Row-local, so splitting rows over threads cannot change any bit. */
+        if (m * w->k >= 32768)
+            threadpool_run(tp, task_quantize, &T, (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK);
+        else
+            quantize_rows(&a, isa, 0, m);
+        const int64_t ngroups = (w->n + MM_NC - 1) / MM_NC;
+        threadpool_run(tp, task_quant, &T, (ngroups + GROUPS_PER_TASK - 1) / GROUPS_PER_TASK);
+    } else {
+        threadpool_run(tp, task_float, &T, (w->n + FCOLS_PER_TASK - 1) / FCOLS_PER_TASK);
+    }
+}
+
+/* ---- Negative control: NOT batch-invariant on purpose (tests only). ---- */
+
+typedef struct {
+    const mm_args *a;
+    int splits;
+} splitk_task;
+
+/* Sum of unit terms over K split into `splits` contiguous ranges, added at the end:
+ * the same products as cpu_matmul, grouped differently for different m. */
+static void task_splitk(void *ctx, int64_t j) {
+    const splitk_task *T = ctx;
+    const mm_args *a = T->a;
+    const cpu_weight *w = a->w;
+    const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
+    const int64_t ue = mm_unit_elems(w->type), nu = w->k / ue, nb = a->xq.nb;
+    for (int64_t i = 0; i < a->m; i++) {
+        float total = 0.0f;
+        for (int s = 0; s < T->splits; s++) {
+            const int64_t u0 = nu * s / T->splits, u1 = nu * (s + 1) / T->splits;
+            float part = 0.0f;
+            for (int64_t u = u0; u < u1; u++) {
+                if (mm_is_quantised(w->type)) {
+                    float terms[8];
+                    mm_terms_scalar(w->type, wrow, u, a->xq.q + i * w->k, a->xq.d + i * nb,
+                                    a->xq.s + i * 2 * nb, terms);
+                    for (int64_t t = 0; t < ue / MM_QK; t++) part = part + terms[t];
+                } else {
+                    const float *xr = a->x + i * a->ldx;
+                    float wv;
+                    if (w->type == INVAR_T_F32) wv = ((const float *)wrow)[u];
+                    else if (w->type == INVAR_T_F16) wv = fp16_to_f32(((const uint16_t *)wrow)[u]);
+                    else wv = bf16_to_f32(((const uint16_t *)wrow)[u]);
+                    part = part + xr[u] * wv;
+                }
+            }
+            total = total + part;
+        }
+        a->y[i * a->ldy + j] = total;
+    }
+}
+
+void cpu_matmul_splitk_by_m(threadpool *tp, const cpu_weight *w, const float *x, int64_t m,
+                            int64_t ldx, float *y, int64_t ldy, void *scratch) {
+    if (m <= 0) return;
+    mm_args a;
+    memset(&a, 0, sizeof a);
+    a.w = w;
+    a.m = m;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    if (mm_is_quantised(w->type)) {
+        a.xq = carve_xq(w, m, scratch);
+        quantize_rows(&a, CPU_ISA_SCALAR, 0, m);
+    }
+    splitk_task T = {&a, 1 + (int)(m % 7)};
+    threadpool_run(tp, task_splitk, &T, w->n);
+}

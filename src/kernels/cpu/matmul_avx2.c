@@ -1,0 +1,355 @@
+/* AVX2 (+FMA, F16C) matmul kernels.
+ *
+ * Same bits as matmul_scalar.c by construction (argument at the top of that file).
+ * A 16-column group is handled as two halves of 8 columns (ymm int32/float lanes);
+ * lane c is always column 8h + c and gets the scalar per-block operations.
+ * Integer dots use maddubs (u8 x s8 -> s16 pairs, saturating) + madd: the bounds
+ * below keep every s16 intermediate away from saturation, so the sums stay exact.
+ *  - 4-bit quants (0..15): a pair is <= 2*15*127 = 3810, so 8 steps may be summed
+ *    in s16 (<= 30480) before one madd.
+ *  - Q6_K (0..63): a pair is <= 16002, two steps per madd.
+ *  - Q8_0 (signed): maddubs(|w|, sign(x, w)); a pair is <= 2*128*127 = 32512. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "formats/quant.h"
+#include "kernels/cpu/matmul_internal.h"
+
+#define MR 4
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+AI __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+AI __m256 f16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AI __m256i ldw(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI __m256i madd1(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+
+typedef struct {
+    const int8_t *q;
+    const float *d;
+    const int16_t *s;
+    int64_t k, nb;
+} xrows;
+
+AI xrows rows_at(const mm_args *a, int64_t i0) {
+    xrows r;
+    r.k = a->w->k;
+    r.nb = a->xq.nb;
+    r.q = a->xq.q + i0 * r.k;
+    r.d = a->xq.d + i0 * r.nb;
+    r.s = a->xq.s + i0 * 2 * r.nb;
+    return r;
+}
+
+AI int xsum(const xrows *X, int r, int64_t b) {
+    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
+}
+
+AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dx), f)); }
+
+/* Q[0..7]: u8 quants 0..15 for the 8 four-element steps of one 32-block. */
+AI __m256i dot8_u4(const __m256i *Q, const int8_t *x) {
+    __m256i p = _mm256_maddubs_epi16(Q[0], bcast4(x));
+    UNROLL for (int t = 1; t < 8; t++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
+    return madd1(p);
+}
+
+/* Low nibbles of words 0..3 then high nibbles: the 8 steps of a Q4_0/Q4_1 block. */
+AI void unpack_q4(const uint8_t *rec, int h, __m256i *Q) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    UNROLL for (int t = 0; t < 4; t++) {
+        __m256i W = ldw(rec + 64 * t + 32 * h);
+        Q[t] = _mm256_and_si256(W, m4);
+        Q[4 + t] = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
+    }
+}
+
+AI void k_q4_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_0;
+        __m256i Q[8];
+        unpack_q4(rec, h, Q);
+        const __m256 dw = f16x8(rec + 256 + 16 * h);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256i isum = dot8_u4(Q, X.q + r * X.k + 32 * b);
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * xsum(&X, r, b)));
+            __m256 f = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+        }
+    }
+}
+
+AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_1;
+        __m256i Q[8];
+        unpack_q4(rec, h, Q);
+        const __m256 dw = f16x8(rec + 256 + 16 * h), mw = f16x8(rec + 288 + 16 * h);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256i isum = dot8_u4(Q, X.q + r * X.k + 32 * b);
+            __m256 f1 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum));
+            __m256 f2 = _mm256_mul_ps(mw, _mm256_set1_ps((float)xsum(&X, r, b)));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm256_add_ps(f1, f2));
+        }
+    }
+}
+
+AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        __m256i W[8], AW[8];
+        UNROLL for (int t = 0; t < 8; t++) {
+            W[t] = ldw(rec + 64 * t + 32 * h);
+            AW[t] = _mm256_abs_epi8(W[t]);
+        }
+        const __m256 dw = f16x8(rec + 512 + 16 * h);
+        UNROLL for (int r = 0; r < R; r++) {
+            const int8_t *x = X.q + r * X.k + 32 * b;
+            __m256i isum = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < 8; t++)
+                isum = _mm256_add_epi32(isum, madd1(_mm256_maddubs_epi16(AW[t], _mm256_sign_epi8(bcast4(x + 4 * t), W[t]))));
+            __m256 f = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+        }
+    }
+}
+
+AI __m256i u8x8_epi32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+AI __m256i i8x8_epi32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
+        for (int j = 0; j < 8; j++) {
+            const int c = j / 2;
+            const int64_t b = u * 8 + j;
+            __m256i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
+                Q[t] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(W, 4) : W, m4);
+            }
+            const __m256i sc = u8x8_epi32(rec + 2112 + 16 * j + 8 * h);
+            const __m256i mn = u8x8_epi32(rec + 2240 + 16 * j + 8 * h);
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256i isum = _mm256_mullo_epi32(sc, dot8_u4(Q, X.q + r * X.k + 32 * b));
+                __m256i imin = _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum(&X, r, b)));
+                __m256 f = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)),
+                                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(imin)));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        const __m256 d = f16x8(rec + 3328 + 16 * h);
+        for (int ab = 0; ab < 8; ab++) {
+            const int n = ab / 4, qtr = ab % 4;
+            const int64_t b = u * 8 + ab;
+            __m256i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m256i L = ldw(rec + 64 * (16 * n + 8 * (qtr & 1) + t) + 32 * h);
+                __m256i H = ldw(rec + 2048 + 64 * (8 * n + t) + 32 * h);
+                __m256i lo = qtr >= 2 ? _mm256_srli_epi16(L, 4) : L;
+                __m256i hb;
+                switch (qtr) {
+                case 0: hb = _mm256_slli_epi16(H, 4); break;
+                case 1: hb = _mm256_slli_epi16(H, 2); break;
+                case 2: hb = H; break;
+                default: hb = _mm256_srli_epi16(H, 2); break;
+                }
+                Q[t] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hb, m30));
+            }
+            const __m256i sl = i8x8_epi32(rec + 3072 + 16 * (2 * ab) + 8 * h);
+            const __m256i sh = i8x8_epi32(rec + 3072 + 16 * (2 * ab + 1) + 8 * h);
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m256i pl = _mm256_add_epi32(
+                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[0], bcast4(x)), _mm256_maddubs_epi16(Q[1], bcast4(x + 4)))),
+                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[2], bcast4(x + 8)), _mm256_maddubs_epi16(Q[3], bcast4(x + 12)))));
+                __m256i ph = _mm256_add_epi32(
+                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[4], bcast4(x + 16)), _mm256_maddubs_epi16(Q[5], bcast4(x + 20)))),
+                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[6], bcast4(x + 24)), _mm256_maddubs_epi16(Q[7], bcast4(x + 28)))));
+                const int16_t *s = X.s + r * 2 * X.nb + 2 * b;
+                pl = _mm256_sub_epi32(pl, _mm256_set1_epi32(32 * s[0]));
+                ph = _mm256_sub_epi32(ph, _mm256_set1_epi32(32 * s[1]));
+                __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
+                __m256 f = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* Stores lanes [0, cols) of v to y (cols 1..8). */
+AI void store_cols(float *y, __m256 v, int64_t cols) {
+    if (cols >= 8) {
+        _mm256_storeu_ps(y, v);
+    } else {
+        float t[8];
+        _mm256_storeu_ps(t, v);
+        memcpy(y, t, (size_t)cols * sizeof(float));
+    }
+}
+
+#define RUN_ROWS(K, R)                                                                       \
+    do {                                                                                     \
+        __m256 acc[R];                                                                       \
+        UNROLL for (int r = 0; r < (R); r++) acc[r] = _mm256_setzero_ps();                   \
+        K(a, grp, i0, h, (R), acc);                                                          \
+        UNROLL for (int r = 0; r < (R); r++)                                                 \
+            store_cols(a->y + (i0 + r) * a->ldy + g * MM_NC + 8 * h, acc[r], cols);          \
+    } while (0)
+
+#define GROUP_LOOP(NAME, K, REC)                                                             \
+    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                             \
+        const cpu_weight *w = a->w;                                                          \
+        const int64_t nu = w->k / mm_unit_elems(w->type);                                   \
+        for (int64_t g = g0; g < g1; g++) {                                                  \
+            const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);      \
+            for (int h = 0; h < 2; h++) {                                                    \
+                const int64_t cols = w->n - g * MM_NC - 8 * h;                               \
+                if (cols <= 0) break;                                                        \
+                for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                  \
+                    const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                       \
+                    switch (R) {                                                             \
+                    case 1: RUN_ROWS(K, 1); break;                                           \
+                    case 2: RUN_ROWS(K, 2); break;                                           \
+                    case 3: RUN_ROWS(K, 3); break;                                           \
+                    default: RUN_ROWS(K, 4); break;                                          \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+GROUP_LOOP(run_q4_0, k_q4_0, MM_REC_Q4_0)
+GROUP_LOOP(run_q4_1, k_q4_1, MM_REC_Q4_1)
+GROUP_LOOP(run_q8_0, k_q8_0, MM_REC_Q8_0)
+GROUP_LOOP(run_q4_k, k_q4_k, MM_REC_Q4_K)
+GROUP_LOOP(run_q6_k, k_q6_k, MM_REC_Q6_K)
+
+void mm_quant_avx2(const mm_args *a, int64_t g0, int64_t g1) {
+    switch (a->w->type) {
+    case INVAR_T_Q4_0: run_q4_0(a, g0, g1); break;
+    case INVAR_T_Q4_1: run_q4_1(a, g0, g1); break;
+    case INVAR_T_Q8_0: run_q8_0(a, g0, g1); break;
+    case INVAR_T_Q4_K: run_q4_k(a, g0, g1); break;
+    case INVAR_T_Q6_K: run_q6_k(a, g0, g1); break;
+    default: break;
+    }
+}
+
+/* Exact max / integer sum of 8 lanes (order cannot matter for these). */
+AI float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+AI int hsum8i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+void mm_quantize_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int16_t *s) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(3.40282347e+38f);
+    for (int64_t b = 0; b < k / MM_QK; b++) {
+        __m256 v[4], amax = _mm256_setzero_ps();
+        int bad = 0;
+        UNROLL for (int t = 0; t < 4; t++) {
+            v[t] = _mm256_loadu_ps(x + 32 * b + 8 * t);
+            __m256 av = _mm256_and_ps(v[t], absmask);
+            bad |= _mm256_movemask_ps(_mm256_cmp_ps(av, fmax, _CMP_NLE_UQ));
+            amax = _mm256_max_ps(amax, av);
+        }
+        float id;
+        if (!mm_block_scale(bad ? 0.0f : hmax8(amax), bad != 0, &d[b], &id)) {
+            memset(q + 32 * b, 0, 32);
+            s[2 * b] = s[2 * b + 1] = 0;
+            continue;
+        }
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i qi[4];
+        UNROLL for (int t = 0; t < 4; t++) qi[t] = _mm256_cvtps_epi32(_mm256_mul_ps(v[t], vid));
+        /* Values are within [-127, 127]: the saturating packs are plain narrowing. */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), p);
+        s[2 * b] = (int16_t)hsum8i(_mm256_add_epi32(qi[0], qi[1]));
+        s[2 * b + 1] = (int16_t)hsum8i(_mm256_add_epi32(qi[2], qi[3]));
+    }
+}
+
+/* ---- Float weights: 64 FMA lanes over k (8 ymm), fixed tree (matmul_scalar.c). ---- */
+
+AI __m256 wload8(uint32_t type, const void *wrow, int64_t kk) {
+    switch (type) {
+    case INVAR_T_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wrow + kk)));
+    case INVAR_T_BF16: {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)wrow + kk)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    default: return _mm256_loadu_ps((const float *)wrow + kk);
+    }
+}
+
+static float fdot(uint32_t type, const float *x, const void *wrow, int64_t k) {
+    __m256 A[8];
+    UNROLL for (int q = 0; q < 8; q++) A[q] = _mm256_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + MM_FLANES <= k; kk += MM_FLANES)
+        UNROLL for (int q = 0; q < 8; q++)
+            A[q] = _mm256_fmadd_ps(_mm256_loadu_ps(x + kk + 8 * q), wload8(type, wrow, kk + 8 * q), A[q]);
+    if (kk < k) {
+        /* Tail: zero-padded copies, and lanes past k keep their accumulator (blend),
+         * as the scalar loop simply never touches them. */
+        const int64_t left = k - kk;
+        float xt[MM_FLANES] = {0};
+        uint8_t wt[MM_FLANES * 4] = {0};
+        memcpy(xt, x + kk, (size_t)left * sizeof(float));
+        const size_t es = type == INVAR_T_F32 ? 4 : 2;
+        memcpy(wt, (const uint8_t *)wrow + (size_t)kk * es, (size_t)left * es);
+        UNROLL for (int q = 0; q < 8; q++) {
+            const __m256i lane = _mm256_add_epi32(_mm256_set1_epi32(8 * q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), lane));
+            __m256 r = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8 * q), wload8(type, wt, 8 * q), A[q]);
+            A[q] = _mm256_blendv_ps(A[q], r, live);
+        }
+    }
+    /* A[2v], A[2v+1] are lanes 0-7 / 8-15 of the 16-lane vector v of the scalar tree. */
+    __m256 lo = _mm256_add_ps(_mm256_add_ps(A[0], A[2]), _mm256_add_ps(A[4], A[6]));
+    __m256 hi = _mm256_add_ps(_mm256_add_ps(A[1], A[3]), _mm256_add_ps(A[5], A[7]));
+    __m256 v8 = _mm256_add_ps(lo, hi);
+    __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    __m128 v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
+    return _mm_cvtss_f32(v1);
+}
+
+void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1) {
+    const cpu_weight *w = a->w;
+    for (int64_t j = j0; j < j1; j++) {
+        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
+        for (int64_t i = 0; i < a->m; i++) a->y[i * a->ldy + j] = fdot(w->type, a->x + i * a->ldx, wrow, w->k);
+    }
+}

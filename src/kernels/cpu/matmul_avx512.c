@@ -1,0 +1,363 @@
+/* AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels.
+ *
+ * Same bits as matmul_scalar.c by construction (argument at the top of that file):
+ * lane c of every vector is output column c of a 16-column group; the integer block
+ * dot products come from vpdpbusd (u8 x s8, exact int32), and the float operations
+ * per lane are the scalar term sequence. Rows are processed R at a time (R = 1..8) to
+ * reuse each unpacked weight block; every row gets the same per-lane operations
+ * whatever R is, so the row blocking (and thus m) cannot change a bit.
+ *
+ * dpbusd wants unsigned x signed: nibble and six-bit quants are already unsigned and
+ * their offsets (-8, -32) come out of the activation sums; Q8_0 weights are made
+ * unsigned by w ^ 0x80 = w + 128, and 128 * sum(x) is subtracted again. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "formats/quant.h"
+#include "kernels/cpu/matmul_internal.h"
+
+#define MR 8
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+AI __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+AI __m512 f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+AI __m512i ldw(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+AI __m512i dp(__m512i acc, __m512i w, const int8_t *x) { return _mm512_dpbusd_epi32(acc, w, bcast4(x)); }
+
+/* Row pointers of the R rows starting at i0. */
+typedef struct {
+    const int8_t *q;
+    const float *d;
+    const int16_t *s;
+    int64_t k, nb;
+} xrows;
+
+AI xrows rows_at(const mm_args *a, int64_t i0) {
+    xrows r;
+    r.k = a->w->k;
+    r.nb = a->xq.nb;
+    r.q = a->xq.q + i0 * r.k;
+    r.d = a->xq.d + i0 * r.nb;
+    r.s = a->xq.s + i0 * 2 * r.nb;
+    return r;
+}
+
+/* Block sum of activation row r, block b. */
+AI int xsum(const xrows *X, int r, int64_t b) {
+    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
+}
+
+/* acc = acc + dx * f   (the scalar `terms = dx * f; acc = acc + terms`). */
+AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(dx), f)); }
+
+/* 32-element dot of 8 weight vectors (4 low-nibble words, 4 high) with one row. */
+AI __m512i dot_q4(const __m512i *lo, const __m512i *hi, const int8_t *x) {
+    __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+    p0 = dp(p0, lo[0], x + 0);
+    p1 = dp(p1, lo[1], x + 4);
+    p0 = dp(p0, lo[2], x + 8);
+    p1 = dp(p1, lo[3], x + 12);
+    p0 = dp(p0, hi[0], x + 16);
+    p1 = dp(p1, hi[1], x + 20);
+    p0 = dp(p0, hi[2], x + 24);
+    p1 = dp(p1, hi[3], x + 28);
+    return _mm512_add_epi32(p0, p1);
+}
+
+AI void unpack_q4(const uint8_t *rec, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int t = 0; t < 4; t++) {
+        __m512i W = ldw(rec + 64 * t);
+        lo[t] = _mm512_and_si512(W, m4);
+        hi[t] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
+    }
+}
+
+AI void k_q4_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_0;
+        __m512i lo[4], hi[4];
+        unpack_q4(rec, lo, hi);
+        const __m512 dw = f16x16(rec + 256);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512i isum = dot_q4(lo, hi, X.q + r * X.k + 32 * b);
+            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * xsum(&X, r, b)));
+            __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+        }
+    }
+}
+
+AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_1;
+        __m512i lo[4], hi[4];
+        unpack_q4(rec, lo, hi);
+        const __m512 dw = f16x16(rec + 256), mw = f16x16(rec + 288);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512i isum = dot_q4(lo, hi, X.q + r * X.k + 32 * b);
+            __m512 f1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
+            __m512 f2 = _mm512_mul_ps(mw, _mm512_set1_ps((float)xsum(&X, r, b)));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm512_add_ps(f1, f2));
+        }
+    }
+}
+
+AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        __m512i W[8];
+        UNROLL for (int t = 0; t < 8; t++) W[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
+        const __m512 dw = f16x16(rec + 512);
+        UNROLL for (int r = 0; r < R; r++) {
+            const int8_t *x = X.q + r * X.k + 32 * b;
+            __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+            UNROLL for (int t = 0; t < 8; t += 2) {
+                p0 = dp(p0, W[t], x + 4 * t);
+                p1 = dp(p1, W[t + 1], x + 4 * t + 4);
+            }
+            __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(p0, p1),
+                                            _mm512_set1_epi32(128 * xsum(&X, r, b)));
+            __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+        }
+    }
+}
+
+AI __m512i u8x16_epi32(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+AI __m512i i8x16_epi32(const uint8_t *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+
+AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
+        /* Sub-block j = 2c + h: nibble h of words 8c..8c+7. Blocks in K order. */
+        for (int j = 0; j < 8; j++) {
+            const int c = j / 2, h = j & 1;
+            const int64_t b = u * 8 + j;
+            __m512i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m512i W = ldw(rec + 64 * (8 * c + t));
+                Q[t] = _mm512_and_si512(h ? _mm512_srli_epi16(W, 4) : W, m4);
+            }
+            const __m512i sc = u8x16_epi32(rec + 2112 + 16 * j), mn = u8x16_epi32(rec + 2240 + 16 * j);
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                UNROLL for (int t = 0; t < 8; t += 2) {
+                    p0 = dp(p0, Q[t], x + 4 * t);
+                    p1 = dp(p1, Q[t + 1], x + 4 * t + 4);
+                }
+                __m512i isum = _mm512_mullo_epi32(sc, _mm512_add_epi32(p0, p1));
+                __m512i imin = _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum(&X, r, b)));
+                __m512 f = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)),
+                                         _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(imin)));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        const __m512 d = f16x16(rec + 3328);
+        /* Activation block ab = 4n + qtr: ql words A = 16n+t (low nibble for qtr 0, high
+         * for 2), B = 16n+8+t (qtr 1, 3); qh word 8n+t holds bits 2qtr..2qtr+1. */
+        for (int ab = 0; ab < 8; ab++) {
+            const int n = ab / 4, qtr = ab % 4;
+            const int64_t b = u * 8 + ab;
+            __m512i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m512i L = ldw(rec + 64 * (16 * n + 8 * (qtr & 1) + t));
+                __m512i H = ldw(rec + 2048 + 64 * (8 * n + t));
+                __m512i lo = qtr >= 2 ? _mm512_srli_epi16(L, 4) : L;
+                __m512i hb;
+                switch (qtr) {
+                case 0: hb = _mm512_slli_epi16(H, 4); break;
+                case 1: hb = _mm512_slli_epi16(H, 2); break;
+                case 2: hb = H; break;
+                default: hb = _mm512_srli_epi16(H, 2); break;
+                }
+                Q[t] = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(hb, m30));
+            }
+            const __m512i sl = i8x16_epi32(rec + 3072 + 16 * (2 * ab));
+            const __m512i sh = i8x16_epi32(rec + 3072 + 16 * (2 * ab + 1));
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+                UNROLL for (int t = 0; t < 4; t++) {
+                    pl = dp(pl, Q[t], x + 4 * t);
+                    ph = dp(ph, Q[4 + t], x + 16 + 4 * t);
+                }
+                const int16_t *s = X.s + r * 2 * X.nb + 2 * b;
+                pl = _mm512_sub_epi32(pl, _mm512_set1_epi32(32 * s[0]));
+                ph = _mm512_sub_epi32(ph, _mm512_set1_epi32(32 * s[1]));
+                __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sl, pl), _mm512_mullo_epi32(sh, ph));
+                __m512 f = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* Runs kernel K for rows [i0, i0+R) of group g and stores the valid columns. */
+#define RUN_ROWS(K, R)                                                                  \
+    do {                                                                                \
+        __m512 acc[R];                                                                  \
+        UNROLL for (int r = 0; r < (R); r++) acc[r] = _mm512_setzero_ps();              \
+        K(a, grp, i0, (R), acc);                                                        \
+        UNROLL for (int r = 0; r < (R); r++)                                            \
+            _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + g * MM_NC, cmask, acc[r]); \
+    } while (0)
+
+#define DISPATCH_ROWS(K)                                 \
+    switch (R) {                                         \
+    case 1: RUN_ROWS(K, 1); break;                       \
+    case 2: RUN_ROWS(K, 2); break;                       \
+    case 3: RUN_ROWS(K, 3); break;                       \
+    case 4: RUN_ROWS(K, 4); break;                       \
+    case 5: RUN_ROWS(K, 5); break;                       \
+    case 6: RUN_ROWS(K, 6); break;                       \
+    case 7: RUN_ROWS(K, 7); break;                       \
+    default: RUN_ROWS(K, 8); break;                      \
+    }
+
+#define GROUP_LOOP(NAME, K, REC)                                                        \
+    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
+        const cpu_weight *w = a->w;                                                     \
+        const int64_t nu = w->k / mm_unit_elems(w->type);                              \
+        for (int64_t g = g0; g < g1; g++) {                                             \
+            const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+            const int64_t left = w->n - g * MM_NC;                                      \
+            const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
+            for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                 \
+                const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                      \
+                DISPATCH_ROWS(K)                                                        \
+            }                                                                           \
+        }                                                                               \
+    }
+
+GROUP_LOOP(run_q4_0, k_q4_0, MM_REC_Q4_0)
+GROUP_LOOP(run_q4_1, k_q4_1, MM_REC_Q4_1)
+GROUP_LOOP(run_q8_0, k_q8_0, MM_REC_Q8_0)
+GROUP_LOOP(run_q4_k, k_q4_k, MM_REC_Q4_K)
+GROUP_LOOP(run_q6_k, k_q6_k, MM_REC_Q6_K)
+
+void mm_quant_avx512(const mm_args *a, int64_t g0, int64_t g1) {
+    switch (a->w->type) {
+    case INVAR_T_Q4_0: run_q4_0(a, g0, g1); break;
+    case INVAR_T_Q4_1: run_q4_1(a, g0, g1); break;
+    case INVAR_T_Q8_0: run_q8_0(a, g0, g1); break;
+    case INVAR_T_Q4_K: run_q4_k(a, g0, g1); break;
+    case INVAR_T_Q6_K: run_q6_k(a, g0, g1); break;
+    default: break;
+    }
+}
+
+void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int16_t *s) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 fmax = _mm512_set1_ps(3.40282347e+38f);
+    for (int64_t b = 0; b < k / MM_QK; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const __m512 a0 = _mm512_and_ps(v0, absmask), a1 = _mm512_and_ps(v1, absmask);
+        /* NLE_UQ: true for NaN and +inf, the scalar `!(a <= FLT_MAX)` */
+        const int bad = (_mm512_cmp_ps_mask(a0, fmax, _CMP_NLE_UQ) |
+                         _mm512_cmp_ps_mask(a1, fmax, _CMP_NLE_UQ)) != 0;
+        const float amax = bad ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        float id;
+        if (!mm_block_scale(amax, bad, &d[b], &id)) {
+            memset(q + 32 * b, 0, 32);
+            s[2 * b] = s[2 * b + 1] = 0;
+            continue;
+        }
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+        s[2 * b] = (int16_t)_mm512_reduce_add_epi32(q0);
+        s[2 * b + 1] = (int16_t)_mm512_reduce_add_epi32(q1);
+    }
+}
+
+/* ---- Float weights: 64 FMA lanes over k (4 zmm), fixed tree (matmul_scalar.c). ---- */
+
+#define FR 4
+
+AI __m512 wload(uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
+    switch (type) {
+    case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)wrow + kk));
+    case INVAR_T_BF16: {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)wrow + kk));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    default: return _mm512_maskz_loadu_ps(m, (const float *)wrow + kk);
+    }
+}
+
+AI float tree(const __m512 *A) {
+    __m512 v = _mm512_add_ps(_mm512_add_ps(A[0], A[1]), _mm512_add_ps(A[2], A[3]));
+    __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    __m128 v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
+    return _mm_cvtss_f32(v1);
+}
+
+AI void fdot_rows(uint32_t type, const float *x, int64_t ldx, const void *wrow, int64_t k,
+                  const int R, float *out) {
+    __m512 A[FR][4];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++) A[r][q] = _mm512_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + MM_FLANES <= k; kk += MM_FLANES) {
+        __m512 W[4];
+        UNROLL for (int q = 0; q < 4; q++) W[q] = wload(type, wrow, kk + 16 * q, 0xFFFF);
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++)
+            A[r][q] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + kk + 16 * q), W[q], A[r][q]);
+    }
+    for (int q = 0; q < 4; q++) {
+        const int64_t left = k - kk - 16 * q;
+        if (left <= 0) break;
+        const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m512 W = wload(type, wrow, kk + 16 * q, m);
+        UNROLL for (int r = 0; r < R; r++)
+            A[r][q] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + kk + 16 * q), W,
+                                            A[r][q], m);
+    }
+    UNROLL for (int r = 0; r < R; r++) out[r] = tree(A[r]);
+}
+
+void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
+    const cpu_weight *w = a->w;
+    float out[FR];
+    for (int64_t j = j0; j < j1; j++) {
+        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
+        for (int64_t i0 = 0; i0 < a->m; i0 += FR) {
+            const int64_t R = a->m - i0 < FR ? a->m - i0 : FR;
+            const float *x = a->x + i0 * a->ldx;
+            switch (R) {
+            case 1: fdot_rows(w->type, x, a->ldx, wrow, w->k, 1, out); break;
+            case 2: fdot_rows(w->type, x, a->ldx, wrow, w->k, 2, out); break;
+            case 3: fdot_rows(w->type, x, a->ldx, wrow, w->k, 3, out); break;
+            default: fdot_rows(w->type, x, a->ldx, wrow, w->k, 4, out); break;
+            }
+            for (int64_t r = 0; r < R; r++) a->y[(i0 + r) * a->ldy + j] = out[r];
+        }
+    }
+}

@@ -1,0 +1,221 @@
+/* Scalar matmul: the reference operation sequence of every kernel.
+ *
+ * Invariance argument (all ISAs). y[i][j] depends only on x row i and W row j:
+ *  - activations are quantised row by row (mm_quantize_row_*), the same bits on
+ *    every ISA: max is exact, d and 1/d are computed by one shared scalar function,
+ *    and x*id is rounded half-to-even both by the magic-number add below and by
+ *    cvtps2dq under the default rounding mode;
+ *  - per activation block the weight x activation dot product is an integer sum,
+ *    exact whatever the order or grouping (no overflow: |sum| < 2^24 by the bounds
+ *    noted per type), so scalar, AVX2 (maddubs/madd) and AVX-512 (VNNI) agree;
+ *  - the float part is the per-block term and `acc = acc + term` in block order,
+ *    written out below; the SIMD kernels do the same operations per lane (lane c =
+ *    column c), never a horizontal float sum, for any number of rows in a block;
+ *  - float weight types use 64 FMA lanes over k and a fixed summation tree.
+ * The build uses -ffp-contract=off and no fast-math, so the compiler keeps these
+ * operations as written. Hence all three ISAs give the same bits, for every m. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "formats/quant.h"
+#include "kernels/cpu/matmul_internal.h"
+
+int mm_block_scale(float amax, int bad, float *d, float *id) {
+    *id = 0.0f;
+    if (bad) { *d = NAN; return 0; }
+    if (amax == 0.0f) { *d = 0.0f; return 0; }
+    float inv = 127.0f / amax;
+    if (!(inv <= FLT_MAX)) { *d = 0.0f; return 0; } /* tiny subnormal block: treat as 0 */
+    *d = amax / 127.0f;
+    *id = inv;
+    return 1;
+}
+
+/* Round half to even for |v| < 2^22 under the default rounding mode: adding 1.5*2^23
+ * leaves no fraction bits, so the FPU rounds exactly like cvtps2dq does. */
+static inline int round_even(float v) {
+    const float magic = 12582912.0f;
+    float r = (v + magic) - magic;
+    return (int)r;
+}
+
+void mm_quantize_row_scalar(const float *x, int64_t k, int8_t *q, float *d, int16_t *s) {
+    for (int64_t b = 0; b < k / MM_QK; b++) {
+        const float *xb = x + b * MM_QK;
+        int8_t *qb = q + b * MM_QK;
+        float amax = 0.0f;
+        int bad = 0;
+        for (int i = 0; i < MM_QK; i++) {
+            float a = fabsf(xb[i]);
+            if (!(a <= FLT_MAX)) bad = 1;
+            amax = a > amax ? a : amax;
+        }
+        float id;
+        if (!mm_block_scale(amax, bad, &d[b], &id)) {
+            memset(qb, 0, MM_QK);
+            s[2 * b] = s[2 * b + 1] = 0;
+            continue;
+        }
+        int s0 = 0, s1 = 0;
+        for (int i = 0; i < MM_QK; i++) {
+            int v = round_even(xb[i] * id);
+            qb[i] = (int8_t)v;
+            if (i < 16) s0 += v; else s1 += v;
+        }
+        s[2 * b] = (int16_t)s0;
+        s[2 * b + 1] = (int16_t)s1;
+    }
+}
+
+static void q4_k_scale_min(const uint8_t *sc, int j, int *s, int *m) {
+    if (j < 4) {
+        *s = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+/* Six-bit quant (0..63, offset 32 not applied) of element e of a Q6_K block. */
+static inline int q6_k_quant(const block_q6_K *B, int e) {
+    int n = e / 128, r = e % 128, qtr = r / 32, l = r % 32;
+    int ql = B->ql[64 * n + l + 32 * (qtr & 1)];
+    ql = (qtr >> 1) ? ql >> 4 : ql & 0xF;
+    int qh = (B->qh[32 * n + l] >> (2 * qtr)) & 3;
+    return ql | (qh << 4);
+}
+
+/* terms[t] = dx * f for each activation block of weight unit u. These expressions
+ * ARE the contract the SIMD kernels follow (same operations, same order). */
+void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
+                     const float *xd, const int16_t *xs, float *terms) {
+    switch (type) {
+    case INVAR_T_Q4_0: {
+        const block_q4_0 *B = (const block_q4_0 *)wrow + u;
+        const int8_t *x = xq + u * 32;
+        int dp = 0;
+        for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
+        int isum = dp - 8 * (xs[2 * u] + xs[2 * u + 1]);
+        float f = fp16_to_f32(B->d) * (float)isum;
+        terms[0] = xd[u] * f;
+        break;
+    }
+    case INVAR_T_Q4_1: {
+        const block_q4_1 *B = (const block_q4_1 *)wrow + u;
+        const int8_t *x = xq + u * 32;
+        int dp = 0;
+        for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
+        int sx = xs[2 * u] + xs[2 * u + 1];
+        float f1 = fp16_to_f32(B->d) * (float)dp;
+        float f2 = fp16_to_f32(B->m) * (float)sx;
+        float f = f1 + f2;
+        terms[0] = xd[u] * f;
+        break;
+    }
+    case INVAR_T_Q8_0: {
+        const block_q8_0 *B = (const block_q8_0 *)wrow + u;
+        const int8_t *x = xq + u * 32;
+        int isum = 0; /* |isum| <= 32*128*127 */
+        for (int i = 0; i < 32; i++) isum += B->qs[i] * x[i];
+        float f = fp16_to_f32(B->d) * (float)isum;
+        terms[0] = xd[u] * f;
+        break;
+    }
+    case INVAR_T_Q4_K: {
+        const block_q4_K *B = (const block_q4_K *)wrow + u;
+        const float d = fp16_to_f32(B->d), dmin = fp16_to_f32(B->dmin);
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = u * 8 + j;
+            const int8_t *x = xq + b * 32;
+            const uint8_t *qs = B->qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1);
+            int dp = 0; /* <= 32*15*127 */
+            for (int i = 0; i < 32; i++) dp += ((qs[i] >> shift) & 0xF) * x[i];
+            int sc, mn;
+            q4_k_scale_min(B->scales, j, &sc, &mn);
+            int isum = sc * dp;                         /* < 63*60960 < 2^22 */
+            int imin = mn * (xs[2 * b] + xs[2 * b + 1]); /* < 63*4064 */
+            float f = d * (float)isum - dmin * (float)imin;
+            terms[j] = xd[b] * f;
+        }
+        break;
+    }
+    case INVAR_T_Q6_K: {
+        const block_q6_K *B = (const block_q6_K *)wrow + u;
+        const float d = fp16_to_f32(B->d);
+        for (int a = 0; a < 8; a++) {
+            const int64_t b = u * 8 + a;
+            const int8_t *x = xq + b * 32;
+            int dlo = 0, dhi = 0;
+            for (int i = 0; i < 16; i++) {
+                dlo += q6_k_quant(B, 32 * a + i) * x[i];
+                dhi += q6_k_quant(B, 32 * a + 16 + i) * x[16 + i];
+            }
+            /* |each half| <= 16*32*127 = 65024, times |scale| <= 128: |isum| < 2^24 */
+            int isum = B->scales[2 * a] * (dlo - 32 * xs[2 * b]) +
+                       B->scales[2 * a + 1] * (dhi - 32 * xs[2 * b + 1]);
+            float f = d * (float)isum;
+            terms[a] = xd[b] * f;
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+void mm_quant_scalar(const mm_args *a, int64_t g0, int64_t g1) {
+    const cpu_weight *w = a->w;
+    const int64_t j0 = g0 * MM_NC, j1 = g1 * MM_NC < w->n ? g1 * MM_NC : w->n;
+    const int64_t ue = mm_unit_elems(w->type), nu = w->k / ue, tpu = ue / MM_QK;
+    const int64_t nb = a->xq.nb, k = w->k;
+    float terms[8];
+    for (int64_t j = j0; j < j1; j++) {
+        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
+        for (int64_t i = 0; i < a->m; i++) {
+            float acc = 0.0f;
+            for (int64_t u = 0; u < nu; u++) {
+                mm_terms_scalar(w->type, wrow, u, a->xq.q + i * k, a->xq.d + i * nb,
+                                a->xq.s + i * 2 * nb, terms);
+                for (int64_t t = 0; t < tpu; t++) acc = acc + terms[t];
+            }
+            a->y[i * a->ldy + j] = acc;
+        }
+    }
+}
+
+static inline float weight_at(uint32_t type, const void *wrow, int64_t k) {
+    switch (type) {
+    case INVAR_T_F16: return fp16_to_f32(((const uint16_t *)wrow)[k]);
+    case INVAR_T_BF16: {
+        uint32_t u = (uint32_t)((const uint16_t *)wrow)[k] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    default: return ((const float *)wrow)[k];
+    }
+}
+
+float mm_float_dot_scalar(uint32_t type, const float *x, const void *wrow, int64_t k) {
+    float L[MM_FLANES];
+    for (int l = 0; l < MM_FLANES; l++) L[l] = 0.0f;
+    for (int64_t kk = 0; kk < k; kk++)
+        L[kk % MM_FLANES] = fmaf(x[kk], weight_at(type, wrow, kk), L[kk % MM_FLANES]);
+    /* Tree: (v0+v1)+(v2+v3) over the four 16-lane vectors, then halve 16->8->4->2->1. */
+    float v[16];
+    for (int l = 0; l < 16; l++) v[l] = (L[l] + L[16 + l]) + (L[32 + l] + L[48 + l]);
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) v[l] = v[l] + v[l + h];
+    return v[0];
+}
+
+void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1) {
+    const cpu_weight *w = a->w;
+    for (int64_t j = j0; j < j1; j++) {
+        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
+        for (int64_t i = 0; i < a->m; i++)
+            a->y[i * a->ldy + j] = mm_float_dot_scalar(w->type, a->x + i * a->ldx, wrow, w->k);
+    }
+}

@@ -1,0 +1,172 @@
+/* Fixed-size thread pool for the kernels (~300 runs per forward pass, so the cost of
+ * handing out a run matters more than anything else here).
+ *
+ * Protocol. One 64-bit atomic `state` holds (generation << 32 | next task index).
+ * A run publishes the job (fn, ctx, n_tasks: relaxed atomics) and then a new
+ * generation with index 0 (release). Anyone, caller included, takes task i by a CAS
+ * state (g,i) -> (g,i+1) with i < n_tasks. A CAS that succeeds proves the job read
+ * before it is still current: the caller only rewrites the job after all n_tasks of
+ * generation g completed, and task i was not taken before this CAS. So the caller
+ * returns as soon as `done` reaches n_tasks, without waiting for a slow worker to
+ * notice the run at all; a late worker just fails its CAS.
+ *
+ * Waiting. Workers spin on `seq` (a 32-bit copy of the generation) for a while, then
+ * sleep on it with futex. The caller only issues the wake syscall when someone sleeps
+ * (`sleepers`, seq_cst Dekker pairing with seq). */
+#include "kernels/cpu/threadpool.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* How long an idle worker spins before sleeping: long enough to cover the gaps
+ * between kernels of one forward pass, short enough not to burn a core when idle. */
+#define SPIN_NS 200000LL
+
+struct threadpool {
+    int n_threads;
+    pthread_t *workers;
+    _Atomic uint64_t state;
+    _Atomic uint32_t seq;
+    _Atomic int sleepers;
+    _Atomic int64_t done;
+    _Atomic(threadpool_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t n_tasks;
+    atomic_bool stop;
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, NULL, NULL, 0);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Takes and runs tasks of generation `gen` until none are left. */
+static void work(threadpool *p, uint32_t gen) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(s >> 32) != gen) return;
+        threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        int64_t n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+        int64_t i = (int64_t)(uint32_t)s;
+        if (i >= n) return;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            fn(ctx, i);
+            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
+        }
+    }
+}
+
+static void *worker_main(void *arg) {
+    threadpool *p = arg;
+    uint32_t seen = atomic_load_explicit(&p->seq, memory_order_acquire);
+    for (;;) {
+        uint32_t cur = atomic_load_explicit(&p->seq, memory_order_acquire);
+        if (cur == seen) {
+            int64_t t0 = now_ns();
+            unsigned spins = 0;
+            while ((cur = atomic_load_explicit(&p->seq, memory_order_acquire)) == seen) {
+                CPU_RELAX();
+                if ((++spins & 255) == 0 && now_ns() - t0 > SPIN_NS) {
+                    atomic_fetch_add(&p->sleepers, 1);
+                    if (atomic_load(&p->seq) == seen) futex(&p->seq, FUTEX_WAIT_PRIVATE, seen);
+                    atomic_fetch_sub(&p->sleepers, 1);
+                    t0 = now_ns();
+                }
+            }
+        }
+        seen = cur;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+        work(p, cur);
+    }
+}
+
+threadpool *threadpool_create(int n_threads) {
+    if (n_threads < 1) return NULL;
+    threadpool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_threads = n_threads;
+    atomic_init(&p->state, 0);
+    atomic_init(&p->seq, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->done, 0);
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->ctx, NULL);
+    atomic_init(&p->n_tasks, 0);
+    atomic_init(&p->stop, false);
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) { free(p); return NULL; }
+        for (int i = 0; i < n_threads - 1; i++) {
+            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+                p->n_threads = i + 1; /* destroy joins the ones that started */
+                threadpool_destroy(p);
+                return NULL;
+            }
+        }
+    }
+    return p;
+}
+
+void threadpool_destroy(threadpool *p) {
+    if (!p) return;
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    atomic_fetch_add(&p->seq, 1);
+    futex(&p->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
+    for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->workers[i], NULL);
+    free(p->workers);
+    free(p);
+}
+
+int threadpool_size(const threadpool *p) { return p ? p->n_threads : 1; }
+
+void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx, int64_t n_tasks) {
+    if (n_tasks <= 0) return;
+    if (!p || p->n_threads == 1 || n_tasks == 1) {
+        for (int64_t i = 0; i < n_tasks; i++) fn(ctx, i);
+        return;
+    }
+    /* Index lives in 32 bits of state: hand out very large counts in slices. */
+    while (n_tasks > (int64_t)INT32_MAX) {
+        /* Not reached by the kernels; kept correct rather than fast. */
+        for (int64_t i = 0; i < n_tasks - INT32_MAX; i++) fn(ctx, INT32_MAX + i);
+        n_tasks = INT32_MAX;
+    }
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
+    uint32_t gen = (uint32_t)(s >> 32) + 1;
+    atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
+    atomic_store(&p->seq, gen);
+    if (atomic_load(&p->sleepers) > 0) futex(&p->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
+    work(p, gen);
+    unsigned spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
+        CPU_RELAX();
+        if (++spins > (1u << 16)) sched_yield();
+    }
+}

@@ -1,0 +1,161 @@
+/* THE batch-invariance proof for cpu_matmul.
+ *
+ * For every weight type, every ISA this machine supports and thread pools of 1 and 2
+ * threads: a pool of distinct activation rows is placed at random positions in batches
+ * of M = 1..64 and a spread of sizes up to 301; each row of the M-row result must equal
+ * (memcmp) that row's M = 1 result. Also: all ISAs give identical bits.
+ * Negative control: the same check on cpu_matmul_splitk_by_m (same maths, K split
+ * by m) must find mismatches, showing the check can detect non-invariance. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "kernels/cpu/threadpool.h"
+#include "test_matmul_common.h"
+
+#define N_COLS 37   /* odd: two full 16-column groups and a 5-column tail */
+#define POOL 301
+
+typedef void (*matmul_fn)(threadpool *, const cpu_weight *, const float *, int64_t, int64_t,
+                          float *, int64_t, void *);
+
+static const int64_t extra_m[] = {65, 67, 96, 127, 128, 129, 150, 200, 255, 256, 257, 299, 301};
+
+static int64_t k_for(uint32_t type) {
+    if (mm_block_elems(type) == 256) return 512;
+    if (mm_block_elems(type) == 32) return 256;
+    return 200; /* float types: not a multiple of the 64 lanes */
+}
+
+typedef struct {
+    uint32_t type;
+    int64_t k, ldx, ldy;
+    void *wdata;
+    cpu_weight w;
+    float *pool;   /* POOL rows of ldx floats */
+    float *ref;    /* POOL rows of N_COLS: M = 1 results */
+    float *x, *y;  /* batch buffers, POOL rows */
+    void *scratch;
+    int64_t *pos;  /* batch position -> pool row */
+} fixture;
+
+static void fixture_init(fixture *f, uint32_t type) {
+    char err[200];
+    f->type = type;
+    f->k = k_for(type);
+    f->ldx = f->k + 3;
+    f->ldy = N_COLS + 5;
+    mm_seed(1000 + type);
+    f->wdata = mm_make_weights(type, N_COLS, f->k);
+    assert_int_equal(cpu_weight_init(&f->w, type, N_COLS, f->k, f->wdata, err, sizeof err), 0);
+    f->pool = calloc((size_t)(POOL * f->ldx), sizeof(float));
+    for (int64_t r = 0; r < POOL; r++) mm_make_row(f->pool + r * f->ldx, f->k);
+    f->ref = calloc((size_t)(POOL * N_COLS), sizeof(float));
+    f->x = calloc((size_t)(POOL * f->ldx), sizeof(float));
+    f->y = calloc((size_t)(POOL * f->ldy), sizeof(float));
+    f->scratch = malloc(cpu_matmul_scratch_bytes(&f->w, POOL) + 1);
+    f->pos = calloc(POOL, sizeof(int64_t));
+}
+
+static void fixture_free(fixture *f) {
+    cpu_weight_free(&f->w);
+    free(f->wdata);
+    free(f->pool);
+    free(f->ref);
+    free(f->x);
+    free(f->y);
+    free(f->scratch);
+    free(f->pos);
+}
+
+/* Reference: each pool row alone (M = 1, no pool). */
+static void compute_refs(fixture *f, matmul_fn mm) {
+    for (int64_t r = 0; r < POOL; r++) {
+        mm(NULL, &f->w, f->pool + r * f->ldx, 1, f->ldx, f->y, f->ldy, f->scratch);
+        memcpy(f->ref + r * N_COLS, f->y, N_COLS * sizeof(float));
+    }
+}
+
+/* Runs one batch of M rows drawn at random from the pool; returns the number of rows
+ * whose result differs from their M = 1 reference. */
+static int run_batch(fixture *f, matmul_fn mm, threadpool *tp, int64_t M) {
+    for (int64_t i = 0; i < POOL; i++) f->pos[i] = i;
+    for (int64_t i = 0; i < M; i++) { /* partial Fisher-Yates: random distinct rows */
+        int64_t j = i + (int64_t)(mm_rand() % (uint32_t)(POOL - i));
+        int64_t t = f->pos[i]; f->pos[i] = f->pos[j]; f->pos[j] = t;
+    }
+    for (int64_t i = 0; i < M; i++)
+        memcpy(f->x + i * f->ldx, f->pool + f->pos[i] * f->ldx, (size_t)f->k * sizeof(float));
+    for (int64_t i = 0; i < M * f->ldy; i++) f->y[i] = NAN;
+    mm(tp, &f->w, f->x, M, f->ldx, f->y, f->ldy, f->scratch);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        if (memcmp(f->y + i * f->ldy, f->ref + f->pos[i] * N_COLS, N_COLS * sizeof(float)) != 0) bad++;
+    return bad;
+}
+
+/* Mismatching rows over every M of the sweep, for thread pool tp. */
+static int sweep(fixture *f, matmul_fn mm, threadpool *tp) {
+    int bad = 0;
+    for (int64_t M = 1; M <= 64; M++) bad += run_batch(f, mm, tp, M);
+    for (size_t e = 0; e < sizeof extra_m / sizeof extra_m[0]; e++) bad += run_batch(f, mm, tp, extra_m[e]);
+    return bad;
+}
+
+static void test_invariance(void **state) {
+    (void)state;
+    threadpool *tp[2] = {threadpool_create(1), threadpool_create(2)};
+    assert_non_null(tp[0]);
+    assert_non_null(tp[1]);
+    const cpu_isa best = cpu_isa_supported();
+    for (size_t t = 0; t < MM_N_TYPES; t++) {
+        fixture f;
+        fixture_init(&f, mm_test_types[t]);
+        float *ref_scalar = malloc(POOL * N_COLS * sizeof(float));
+        for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+            assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
+            compute_refs(&f, cpu_matmul);
+            if (isa == CPU_ISA_SCALAR) memcpy(ref_scalar, f.ref, POOL * N_COLS * sizeof(float));
+            /* Same bits on every ISA (holds for all types by construction). */
+            if (memcmp(ref_scalar, f.ref, POOL * N_COLS * sizeof(float)) != 0)
+                fail_msg("type %u: ISA %s differs from scalar", f.type, cpu_isa_name((cpu_isa)isa));
+            for (int p = 0; p < 2; p++) {
+                int bad = sweep(&f, cpu_matmul, tp[p]);
+                if (bad) fail_msg("type %u isa %s threads %d: %d rows not invariant", f.type,
+                                  cpu_isa_name((cpu_isa)isa), p + 1, bad);
+            }
+        }
+        free(ref_scalar);
+        fixture_free(&f);
+    }
+    cpu_isa_set(best);
+    threadpool_destroy(tp[0]);
+    threadpool_destroy(tp[1]);
+}
+
+/* The control must fail the same check, for every type. */
+static void test_negative_control_detected(void **state) {
+    (void)state;
+    threadpool *tp = threadpool_create(2);
+    for (size_t t = 0; t < MM_N_TYPES; t++) {
+        fixture f;
+        fixture_init(&f, mm_test_types[t]);
+        compute_refs(&f, cpu_matmul_splitk_by_m);
+        int bad = sweep(&f, cpu_matmul_splitk_by_m, tp);
+        print_message("negative control type %u: %d mismatching rows\n", f.type, bad);
+        assert_true(bad > 0);
+        fixture_free(&f);
+    }
+    threadpool_destroy(tp);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invariance),
+        cmocka_unit_test(test_negative_control_detected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
