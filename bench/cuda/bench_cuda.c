@@ -1,0 +1,185 @@
+/* CUDA backend benchmark: ceilings (copy, cuBLAS matmul), invariant GEMM vs cuBLAS on the
+ * Llama-3-8B shapes, row kernels, paged attention. Times are medians of CUDA-event timings
+ * with the L2 flushed (a 512 MiB memset) before every repetition; inputs random.
+ * Usage: bench_cuda OUT.json [gemm] [rows] [attn]   (no section names = all) */
+#include <math.h>
+#include <string.h>
+#include "bench_cuda.h"
+
+static invar_cuda_ctx *ctx;
+static void *flush_buf;
+#define FLUSH_BYTES ((size_t)512 << 20)
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of reps runs of fn(arg), each after an L2 flush. */
+double bench_time_ms(bench_fn fn, void *arg, int reps)
+{
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    fn(arg); /* warm-up: module load, handle creation, workspace growth */
+    fn(arg);
+    CK(cudaDeviceSynchronize());
+    float *t = malloc(sizeof(float) * reps);
+    for (int i = 0; i < reps; i++) {
+        CK(cudaMemsetAsync(flush_buf, i & 0xff, FLUSH_BYTES, 0));
+        CK(cudaEventRecord(e0, 0));
+        fn(arg);
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[i], e0, e1));
+    }
+    CK(cudaGetLastError());
+    qsort(t, reps, sizeof(float), cmp_f);
+    double m = t[reps / 2];
+    free(t);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return m;
+}
+
+invar_cuda_ctx *bench_ctx(void) { return ctx; }
+
+/* ---- ceilings ---- */
+struct copy_arg { void *dst, *src; size_t bytes; };
+static void run_copy(void *p)
+{
+    struct copy_arg *a = p;
+    CK(cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+struct gemm_arg { const uint16_t *a, *w; void *c; int M, N, K; int cublas; };
+static void run_gemm(void *p)
+{
+    struct gemm_arg *g = p;
+    int r = g->cublas ? invar_cuda_gemm_cublas(ctx, g->a, g->w, g->c, INVAR_CUDA_BF16, g->M, g->N, g->K)
+                      : invar_cuda_gemm(ctx, g->a, g->w, g->c, INVAR_CUDA_BF16, g->M, g->N, g->K);
+    if (r) {
+        fprintf(stderr, "gemm failed: %s\n", invar_cuda_last_error(ctx));
+        exit(2);
+    }
+}
+
+static double copy_gbs;
+
+static void ceilings(FILE *js)
+{
+    struct copy_arg c;
+    c.bytes = (size_t)1 << 31;
+    c.src = dmalloc(c.bytes);
+    c.dst = dmalloc(c.bytes);
+    CK(cudaMemset(c.src, 1, c.bytes));
+    double ms = bench_time_ms(run_copy, &c, 10);
+    copy_gbs = 2.0 * (double)c.bytes / (ms * 1e-3) / 1e9;
+    CK(cudaFree(c.src));
+    CK(cudaFree(c.dst));
+    int n = 8192;
+    uint16_t *h = malloc((size_t)n * n * 2);
+    fill_bf16(h, (size_t)n * n, 7, 1.0f);
+    struct gemm_arg g = {upload(h, (size_t)n * n * 2), upload(h, (size_t)n * n * 2),
+                         dmalloc((size_t)n * n * 2), n, n, n, 1};
+    free(h);
+    double gms = bench_time_ms(run_gemm, &g, 10);
+    double cub_tf = 2.0 * n * (double)n * n / (gms * 1e-3) / 1e12;
+    g.cublas = 0;
+    double ims = bench_time_ms(run_gemm, &g, 10);
+    double inv_tf = 2.0 * n * (double)n * n / (ims * 1e-3) / 1e12;
+    CK(cudaFree((void *)g.a));
+    CK(cudaFree((void *)g.w));
+    CK(cudaFree(g.c));
+    printf("ceilings: D2D copy %.0f GB/s (read+write, 2 GiB); 8192^3 bf16 cuBLAS %.0f TFLOP/s, invar %.0f TFLOP/s\n",
+           copy_gbs, cub_tf, inv_tf);
+    fprintf(js, "\"ceilings\": {\"copy_GBps\": %.1f, \"cublas_8192_TFLOPs\": %.1f, \"invar_8192_TFLOPs\": %.1f},\n",
+            copy_gbs, cub_tf, inv_tf);
+}
+
+static void bench_gemm(FILE *js)
+{
+    static const int NK[5][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    static const int Ms[7] = {1, 8, 32, 128, 512, 2048, 8192};
+    size_t amax = (size_t)8192 * 14336, wmax = (size_t)128256 * 4096;
+    uint16_t *h = malloc(wmax * 2);
+    fill_bf16(h, wmax, 11, 1.0f);
+    uint16_t *dW = upload(h, wmax * 2);
+    uint16_t *dA = upload(h, amax * 2);
+    free(h);
+    void *dC = dmalloc((size_t)8192 * 128256 * 2);
+    double logsum = 0;
+    int npts = 0, below09 = 0;
+    printf("== GEMM bf16 (us; TF = TFLOP/s; wTB = weight bytes / time) ==\n");
+    printf("     N      K     M |  cuBLAS us     TF   wTB |   invar us     TF   wTB | ratio | plan\n");
+    fprintf(js, "\"gemm\": [\n");
+    for (int s = 0; s < 5; s++)
+        for (int m = 0; m < 7; m++) {
+            int N = NK[s][0], K = NK[s][1], M = Ms[m];
+            struct gemm_arg g = {dA, dW, dC, M, N, K, 1};
+            int reps = (double)M * N * K > 1e12 ? 10 : 30;
+            double tc = bench_time_ms(run_gemm, &g, reps);
+            g.cublas = 0;
+            double ti = bench_time_ms(run_gemm, &g, reps);
+            double fl = 2.0 * M * (double)N * K, wb = 2.0 * N * (double)K;
+            double ratio = tc / ti;
+            invar_cuda_gemm_plan pl;
+            invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+            logsum += log(ratio);
+            npts++;
+            below09 += ratio < 0.9;
+            printf("%6d %6d %5d | %10.1f %6.0f %5.2f | %10.1f %6.0f %5.2f | %5.2f | BM=%d split=%d grid=%d\n",
+                   N, K, M, tc * 1e3, fl / tc / 1e9, wb / tc / 1e9, ti * 1e3, fl / ti / 1e9,
+                   wb / ti / 1e9, ratio, pl.bm, pl.split, pl.grid);
+            fprintf(js,
+                    "  {\"N\": %d, \"K\": %d, \"M\": %d, \"cublas_us\": %.2f, \"invar_us\": %.2f, "
+                    "\"cublas_TFLOPs\": %.1f, \"invar_TFLOPs\": %.1f, \"cublas_weight_TBps\": %.3f, "
+                    "\"invar_weight_TBps\": %.3f, \"ratio\": %.3f, \"bm\": %d, \"split\": %d, \"grid\": %d}%s\n",
+                    N, K, M, tc * 1e3, ti * 1e3, fl / tc / 1e9, fl / ti / 1e9, wb / tc / 1e9,
+                    wb / ti / 1e9, ratio, pl.bm, pl.split, pl.grid, (s == 4 && m == 6) ? "" : ",");
+            fflush(stdout);
+        }
+    double gm = exp(logsum / npts);
+    printf("GEMM invar/cuBLAS speed ratio: geometric mean %.3f, points below 0.9: %d of %d\n", gm,
+           below09, npts);
+    fprintf(js, "],\n\"gemm_geomean_ratio\": %.4f, \"gemm_points_below_0.9\": %d,\n", gm, below09);
+    CK(cudaFree(dA));
+    CK(cudaFree(dW));
+    CK(cudaFree(dC));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s OUT.json [gemm] [rows] [attn]\n", argv[0]);
+        return 2;
+    }
+    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all;
+    for (int i = 2; i < argc; i++) {
+        do_gemm |= !strcmp(argv[i], "gemm");
+        do_rows |= !strcmp(argv[i], "rows");
+        do_attn |= !strcmp(argv[i], "attn");
+    }
+    int rc = invar_cuda_init(&ctx, 0);
+    if (rc) {
+        printf("no sm_90 device (%d)\n", rc);
+        return SKIP_CODE;
+    }
+    flush_buf = dmalloc(FLUSH_BYTES);
+    FILE *js = fopen(argv[1], "w");
+    if (!js) return 2;
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    fprintf(js, "{\n\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d,\n", prop.name,
+            prop.multiProcessorCount, prop.l2CacheSize);
+    printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    ceilings(js);
+    if (do_gemm) bench_gemm(js);
+    if (do_rows) bench_rows(js, copy_gbs);
+    if (do_attn) bench_attention(js);
+    fprintf(js, "\"end\": true\n}\n");
+    fclose(js);
+    invar_cuda_free(ctx);
+    return 0;
+}
