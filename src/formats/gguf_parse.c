@@ -41,6 +41,19 @@ static bool fail(reader *r, int code, const char *fmt, ...) {
 }
 #define BAD(r, ...) fail((r), GGUF_ERR_FORMAT, __VA_ARGS__)
 
+/* Sets the error context to "<what> '<name>'", with control bytes of the (untrusted)
+ * name shown as '?' so the error stays one printable line. */
+static void set_ctx_name(reader *r, const char *what, const char *name) {
+    char safe[81];
+    size_t i = 0;
+    for (; name[i] && i < sizeof safe - 1; i++) {
+        unsigned char c = (unsigned char)name[i];
+        safe[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    safe[i] = 0;
+    snprintf(r->ctx, sizeof r->ctx, "%s '%s'%s", what, safe, name[i] ? "..." : "");
+}
+
 static size_t left(const reader *r) { return r->size - r->pos; }
 
 static uint32_t le32(const uint8_t *p) {
@@ -202,7 +215,7 @@ static bool read_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
         if (!rd_str(r, &s, &len, "key")) return false;
         if (!(kv->key = copy_name(r, s, len, "key"))) return false;
         f->n_kv = (int64_t)i + 1; /* owns kv->key from here on, for cleanup */
-        snprintf(r->ctx, sizeof r->ctx, "metadata '%.80s'", kv->key);
+        set_ctx_name(r, "metadata", kv->key);
         if (gguf_index_find(f, false, kv->key) >= 0) return BAD(r, "duplicate key");
         if (!rd_u32(r, &type, "value type")) return false;
         kv->type = (gguf_value_type)type;
@@ -234,7 +247,7 @@ static bool read_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t *offs
     if (!rd_str(r, &s, &len, "tensor name")) return false;
     if (!(t->name = copy_name(r, s, len, "tensor name"))) return false;
     f->n_tensors = (int64_t)i + 1;
-    snprintf(r->ctx, sizeof r->ctx, "tensor '%.80s'", t->name);
+    set_ctx_name(r, "tensor", t->name);
     if (gguf_index_find(f, true, t->name) >= 0) return BAD(r, "duplicate tensor name");
     if (!rd_u32(r, &n_dims, "n_dims")) return false;
     if (n_dims > 4) return BAD(r, "n_dims %u exceeds 4", n_dims);
@@ -264,7 +277,7 @@ static bool read_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t *offs
 }
 
 static bool place_tensor(reader *r, gguf_file *f, gguf_tensor *t, uint64_t off) {
-    snprintf(r->ctx, sizeof r->ctx, "tensor '%.80s'", t->name);
+    set_ctx_name(r, "tensor", t->name);
     if (off % f->alignment != 0) return BAD(r, "data offset %llu is not a multiple of the alignment %zu", (unsigned long long)off, f->alignment);
     uint64_t avail = f->data_offset <= r->size ? r->size - f->data_offset : 0;
     if (off > avail || t->nbytes > avail - off)

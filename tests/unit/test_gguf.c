@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -578,6 +579,9 @@ static void test_hostile_tensors(void **state) {
     b = one_tensor("dims", 5, ne, INVAR_T_Q8_0, 0, 68);
     expect_error(&b, "n_dims 5");
     free(b.p);
+    b = one_tensor("new\nline", 5, ne, INVAR_T_Q8_0, 0, 68); /* names are untrusted: still one line */
+    expect_error(&b, "tensor 'new?line'");
+    free(b.p);
     b = one_tensor("type", 2, ne, 4, 0, 68);
     expect_error(&b, "unknown tensor type 4");
     free(b.p);
@@ -621,6 +625,50 @@ static void test_hostile_tensors(void **state) {
     for (int i = 0; i < 128; i++) put_u8(&b, 0);
     expect_error(&b, "NUL");
     free(b.p);
+}
+
+/* The committed fuzz seed corpus doubles as a regression set: valid_* must parse,
+ * broken_* must fail (see tools/make_gguf_corpus.py). */
+static void test_seed_corpus(void **state) {
+    (void)state;
+    const char *src = getenv("INVAR_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/gguf", src ? src : INVAR_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    if (!d) {
+        print_message("no seed corpus at %s: skipped\n", dir);
+        skip();
+    }
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        bool valid = strncmp(e->d_name, "valid_", 6) == 0, broken = strncmp(e->d_name, "broken_", 7) == 0;
+        if (!valid && !broken) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        uint8_t data[8192];
+        size_t n = fread(data, 1, sizeof data, fp);
+        fclose(fp);
+        gguf_file *f = NULL;
+        char err[512];
+        uint8_t *copy = malloc(n ? n : 1);
+        assert_non_null(copy);
+        memcpy(copy, data, n);
+        int rc = gguf_open_memory(copy, n, &f, err, sizeof err);
+        if (valid && rc != 0) fail_msg("%s: %s", e->d_name, err);
+        if (broken && rc == 0) fail_msg("%s parsed", e->d_name);
+        if (rc == 0) {
+            walk(f);
+            gguf_close(f);
+        } else {
+            assert_one_line_error(rc, f, err);
+        }
+        free(copy);
+        seen++;
+    }
+    closedir(d);
+    assert_true(seen >= 20);
 }
 
 /* ---- the real default model ------------------------------------------------------------- */
@@ -691,6 +739,7 @@ int main(void) {
         cmocka_unit_test(test_error_without_buffer),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_hostile_tensors),
+        cmocka_unit_test(test_seed_corpus),
         cmocka_unit_test(test_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
