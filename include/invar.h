@@ -26,7 +26,8 @@ const char *invar_model_arch(const invar_model *m);
 int32_t invar_model_n_vocab(const invar_model *m);
 int32_t invar_model_n_ctx(const invar_model *m);     /* training context length */
 
-/* Tokenize: writes up to cap ids, returns the total count (call again if > cap), -1 on error. */
+/* Tokenize: writes up to cap ids, returns the total count (call again if > cap), -1 on error.
+ * add_bos: prepend BOS if the model asks for it (tokenizer.ggml.add_bos_token). */
 int64_t invar_tokenize(const invar_model *m, const char *text, size_t len, bool add_bos,
                        bool parse_special, int32_t *out, int64_t cap);
 /* Raw bytes of one token; returns the byte count (may exceed cap), -1 for a bad id. */

@@ -30,7 +30,7 @@ int32_t invar_model_n_ctx(const invar_model *im) { return (int32_t)im->m->rope_l
 
 int64_t invar_tokenize(const invar_model *im, const char *text, size_t len, bool add_bos,
                        bool parse_special, int32_t *out, int64_t cap) {
-    return tokenizer_encode(im->m->tok, text, len, add_bos, parse_special, out, cap);
+    return tokenizer_encode(im->m->tok, text, len, add_bos && tokenizer_add_bos(im->m->tok), parse_special, out, cap);
 }
 
 int invar_token_bytes(const invar_model *im, int32_t id, char *buf, size_t cap) {

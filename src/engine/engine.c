@@ -14,6 +14,7 @@
 #include "../model/forward.h"
 #include "engine_internal.h"
 #include "invar.h"
+#include "engine_testing.h"
 #include "kv_blocks.h"
 #include "sampler.h"
 
@@ -217,8 +218,10 @@ int invar_engine_cancel(invar_engine *e, int64_t id) {
 /* Admission in arrival order: a request starts once its whole KV need is reserved. */
 static void admit(invar_engine *e) {
     int64_t w = 0;
-    for (int64_t i = 0; i < e->n_running; i++)
-        if (e->reqs[e->running[i]]->state == REQ_RUNNING) e->running[w++] = e->running[i];
+    for (int64_t i = 0; i < e->n_running; i++) {
+        const request *r = e->reqs[e->running[i]]; /* NULL once released */
+        if (r && r->state == REQ_RUNNING) e->running[w++] = e->running[i];
+    }
     e->n_running = w;
     while (e->next_queued < e->n_reqs) {
         request *r = e->reqs[e->next_queued];
@@ -252,7 +255,7 @@ int invar_engine_step(invar_engine *e) {
         for (int64_t i = 0; i < e->n_running && budget > 0; i++) {
             request *r = e->reqs[e->running[i]];
             int64_t pending = r->n_seq - r->n_cached;
-            if ((pass == 0) != (pending == 1)) continue;
+            if (pending == 0 || (pass == 0) != (pending == 1)) continue;
             int64_t take = pending < budget ? pending : budget;
             for (int64_t j = 0; j < take; j++) {
                 int64_t p = r->n_cached + j;
@@ -303,3 +306,5 @@ void invar_engine_release(invar_engine *e, int64_t id) {
     request_free(e->reqs[id]);
     e->reqs[id] = NULL;
 }
+
+void invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { fwd_state_set_matmul(e->fwd, fn); }

@@ -12,7 +12,10 @@ struct fwd_state {
     float *x, *xn, *q, *k, *v, *attn, *gate, *up, *hidden;
     attn_job *jobs;
     void *scratch;
+    matmul_fn matmul;
 };
+
+void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn; }
 
 size_t kv_bytes_per_block(const model_config *c) {
     return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(float);
@@ -46,6 +49,7 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     if (!s) return NULL;
     s->max_tokens = max_tokens;
     s->max_logits = max_logits;
+    s->matmul = cpu_matmul;
     size_t T = (size_t)max_tokens, qd = (size_t)(c->n_head * c->head_dim), kvd = (size_t)(c->n_head_kv * c->head_dim);
     s->x = malloc(sizeof(float) * T * (size_t)c->n_embd);
     s->xn = malloc(sizeof(float) * T * max_sz((size_t)c->n_embd, qd));
@@ -96,9 +100,9 @@ static void attention_block(const model *m, fwd_state *s, threadpool *tp, kv_sto
     const int64_t D = c->n_embd;
 
     for (int64_t t = 0; t < T; t++) row_rmsnorm(s->x + t * D, L->attn_norm, s->xn + t * D, D, c->rms_eps);
-    cpu_matmul(tp, &L->wq, s->xn, T, D, s->q, qd, s->scratch);
-    cpu_matmul(tp, &L->wk, s->xn, T, D, s->k, kvd, s->scratch);
-    cpu_matmul(tp, &L->wv, s->xn, T, D, s->v, kvd, s->scratch);
+    s->matmul(tp, &L->wq, s->xn, T, D, s->q, qd, s->scratch);
+    s->matmul(tp, &L->wk, s->xn, T, D, s->k, kvd, s->scratch);
+    s->matmul(tp, &L->wv, s->xn, T, D, s->v, kvd, s->scratch);
     add_bias(s->q, L->bq, T, qd);
     add_bias(s->k, L->bk, T, kvd);
     add_bias(s->v, L->bv, T, kvd);
@@ -124,7 +128,7 @@ static void attention_block(const model *m, fwd_state *s, threadpool *tp, kv_sto
     attn_shape shape = {c->n_head, c->n_head_kv, hd, 1.0f / sqrtf((float)hd)};
     attn_run(tp, &shape, s->jobs, T);
 
-    cpu_matmul(tp, &L->wo, s->attn, T, qd, s->xn, D, s->scratch);
+    s->matmul(tp, &L->wo, s->attn, T, qd, s->xn, D, s->scratch);
     for (int64_t t = 0; t < T; t++) row_add(s->x + t * D, s->xn + t * D, D);
 }
 
@@ -133,10 +137,10 @@ static void ffn_block(const model *m, fwd_state *s, threadpool *tp, const fwd_ba
     const layer_weights *L = &m->layers[il];
     const int64_t T = b->n_tokens, D = c->n_embd, F = c->n_ff;
     for (int64_t t = 0; t < T; t++) row_rmsnorm(s->x + t * D, L->ffn_norm, s->xn + t * D, D, c->rms_eps);
-    cpu_matmul(tp, &L->gate, s->xn, T, D, s->gate, F, s->scratch);
-    cpu_matmul(tp, &L->up, s->xn, T, D, s->up, F, s->scratch);
+    s->matmul(tp, &L->gate, s->xn, T, D, s->gate, F, s->scratch);
+    s->matmul(tp, &L->up, s->xn, T, D, s->up, F, s->scratch);
     for (int64_t t = 0; t < T; t++) row_silu_mul(s->gate + t * F, s->up + t * F, s->gate + t * F, F);
-    cpu_matmul(tp, &L->down, s->gate, T, F, s->xn, D, s->scratch);
+    s->matmul(tp, &L->down, s->gate, T, F, s->xn, D, s->scratch);
     for (int64_t t = 0; t < T; t++) row_add(s->x + t * D, s->xn + t * D, D);
 }
 
@@ -159,6 +163,6 @@ int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, 
         if (r < 0 || r >= T) return -1;
         row_rmsnorm(s->x + (int64_t)r * D, m->output_norm, s->hidden + i * D, D, c->rms_eps);
     }
-    if (b->n_logits > 0) cpu_matmul(tp, &m->output, s->hidden, b->n_logits, D, logits, c->n_vocab, s->scratch);
+    if (b->n_logits > 0) s->matmul(tp, &m->output, s->hidden, b->n_logits, D, logits, c->n_vocab, s->scratch);
     return 0;
 }

@@ -29,9 +29,14 @@ typedef struct {
 
 typedef struct fwd_state fwd_state;
 
+typedef void (*matmul_fn)(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
+                          float *y, int64_t ldy, void *scratch);
+
 /* max_tokens: the most tokens one forward will carry; max_logits: rows of logits. */
 fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logits);
 void fwd_state_free(fwd_state *s);
+/* Tests only: swap the matmul (negative controls use a non-invariant one). */
+void fwd_state_set_matmul(fwd_state *s, matmul_fn fn);
 
 /* Writes logits [n_logits][n_vocab]. Positions must be < m->rope_len and each
  * sequence's blocks for positions 0..pos must exist. Returns 0, -1 on bad input. */
