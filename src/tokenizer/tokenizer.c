@@ -66,6 +66,7 @@ int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool 
     if (!t || (!text && len) || (!out && cap > 0) || cap < 0) return -1;
     encode_ctx c = {t, out, cap, 0, {0}};
     if (add_bos && t->bos >= 0) push_id(&c, t->bos);
+    if (len == 0) return c.n; /* text may be NULL: no pointer arithmetic on it */
     size_t seg = 0, i = 0;
     int rc = 0;
     while (i < len && rc == 0) {
