@@ -574,6 +574,18 @@ static void check_split(const char *pre, const char *text, const char *const *wa
     assert_int_equal(pos, strlen(text));
 }
 
+typedef struct {
+    const char *base;
+    size_t pos;
+} tiling_check;
+
+static int check_tiling(void *ctx, const char *p, size_t l) {
+    tiling_check *c = ctx;
+    if (l == 0 || (size_t)(p - c->base) != c->pos) return 1;
+    c->pos += l;
+    return 0;
+}
+
 static void test_pretokenizers(void **state) {
     (void)state;
     {
@@ -594,6 +606,22 @@ static void test_pretokenizers(void **state) {
     }
     pretok_kind k;
     assert_int_equal(pretok_kind_from_name("nope", 4, &k), -1);
+    /* Any bytes: pieces are non-empty and tile the input exactly, for every kind. */
+    static const char *const kinds[] = {"gpt2", "smollm", "llama3", "qwen2"};
+    static const char alphabet[] = "aZ1 \t\n\r'sS\xc3\xa9\xe2\x80\xa8\xc5\xbf\xff\x80!";
+    uint32_t x = 99;
+    char buf[300];
+    for (int rep = 0; rep < 400; rep++) {
+        size_t len = (size_t)(rep % 300);
+        for (size_t i = 0; i < len; i++) {
+            x = x * 1664525u + 1013904223u;
+            buf[i] = alphabet[(x >> 24) % (sizeof alphabet - 1)];
+        }
+        assert_int_equal(pretok_kind_from_name(kinds[rep % 4], strlen(kinds[rep % 4]), &k), 0);
+        tiling_check c = {buf, 0};
+        assert_int_equal(pretok_split(k, buf, len, check_tiling, &c), 0);
+        assert_int_equal(c.pos, len);
+    }
 }
 
 static char *render(const char *tmpl, const chat_message *m, size_t n, bool gen) {
