@@ -1,0 +1,92 @@
+"""Shared pytest fixtures: paths, and synthetic GGUF models made once per session.
+
+Environment:
+  INVAR_BUILD_DIR  cmake build directory (default /work/main/build)
+  INVAR_BIN        invar binary (default $INVAR_BUILD_DIR/invar)
+  INVAR_MODEL      default model (default /work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS_DIR = REPO_ROOT / "tools"
+if str(TOOLS_DIR) not in sys.path:  # tools/*.py are importable by tests
+    sys.path.insert(0, str(TOOLS_DIR))
+
+BUILD_DIR = Path(os.environ.get("INVAR_BUILD_DIR", "/work/main/build"))
+INVAR_BIN = Path(os.environ.get("INVAR_BIN", str(BUILD_DIR / "invar")))
+DEFAULT_MODEL = Path(os.environ.get(
+    "INVAR_MODEL", "/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+# name -> make_tiny_model.make_model keyword arguments.
+SYNTHETIC_VARIANTS = {
+    "llama-tied-Q4_1": dict(arch="llama", wtype="Q4_1"),
+    "llama-output-Q4_1": dict(arch="llama", wtype="Q4_1", separate_output=True),
+    "qwen2-Q4_1": dict(arch="qwen2", wtype="Q4_1"),
+    "qwen3-Q4_1": dict(arch="qwen3", wtype="Q4_1"),
+    "llama-F32": dict(arch="llama", wtype="F32"),
+    "llama-F16": dict(arch="llama", wtype="F16"),
+    "llama-BF16": dict(arch="llama", wtype="BF16"),
+    "llama-Q8_0": dict(arch="llama", wtype="Q8_0"),
+    "llama-Q4_0": dict(arch="llama", wtype="Q4_0"),
+    "llama-Q4_K": dict(arch="llama", wtype="Q4_K"),
+    "llama-Q6_K": dict(arch="llama", wtype="Q6_K"),
+    "qwen2-Q6_K": dict(arch="qwen2", wtype="Q6_K"),
+    "qwen3-Q4_K": dict(arch="qwen3", wtype="Q4_K"),
+}
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    return BUILD_DIR
+
+
+@pytest.fixture(scope="session")
+def invar_bin() -> Path:
+    """Path of the invar binary (may not exist yet: tests decide whether to skip)."""
+    return INVAR_BIN
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    if not DEFAULT_MODEL.is_file():
+        pytest.skip(f"default model {DEFAULT_MODEL} missing (set INVAR_MODEL)")
+    return DEFAULT_MODEL
+
+
+@pytest.fixture(scope="session")
+def synthetic_model_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("synthetic_models")
+
+
+@pytest.fixture(scope="session")
+def synthetic_model(synthetic_model_dir, default_model):
+    """Factory: synthetic_model(name) -> Path of that SYNTHETIC_VARIANTS model.
+
+    Each model is written on first use and reused for the rest of the session;
+    its tokenizer is copied from the default model, so that model must exist.
+    """
+    import make_tiny_model
+
+    made: dict[str, Path] = {}
+
+    def get(name: str, seed: int = 1) -> Path:
+        key = f"{name}-seed{seed}"
+        if key not in made:
+            path = synthetic_model_dir / f"{key}.gguf"
+            make_tiny_model.make_model(str(path), seed=seed, tokenizer_src=str(default_model),
+                                       **SYNTHETIC_VARIANTS[name])
+            made[key] = path
+        return made[key]
+
+    return get
