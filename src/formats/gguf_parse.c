@@ -19,6 +19,7 @@ typedef struct {
     const uint8_t *p;
     size_t size, pos;
     char ctx[128];                 /* what is being parsed, for the error line */
+    bool after_read;               /* validating parsed data: pos is not where the fault is */
     char *err;
     size_t errlen;
     int code;
@@ -34,8 +35,8 @@ static bool fail(reader *r, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        if (r->ctx[0]) snprintf(r->err, r->errlen, "%s: %s (offset %zu)", r->ctx, msg, r->pos);
-        else snprintf(r->err, r->errlen, "%s (offset %zu)", msg, r->pos);
+        if (r->after_read) snprintf(r->err, r->errlen, "%s: %s", r->ctx, msg);
+        else snprintf(r->err, r->errlen, "%s: %s (offset %zu)", r->ctx, msg, r->pos);
     }
     return false;
 }
@@ -229,6 +230,7 @@ static bool read_alignment(reader *r, gguf_file *f) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     if (gguf_find_key(f, "general.alignment") < 0) return true;
     snprintf(r->ctx, sizeof r->ctx, "metadata 'general.alignment'");
+    r->after_read = true;
     uint32_t a;
     if (!gguf_get_u32(f, "general.alignment", &a)) return BAD(r, "must be an unsigned 32-bit integer");
     if (a == 0 || (a & (a - 1)) != 0) return BAD(r, "alignment %u is not a non-zero power of two", a);
@@ -295,11 +297,13 @@ static bool read_tensors(reader *r, gguf_file *f, uint64_t n) {
         fail(r, GGUF_ERR_NOMEM, "out of memory for %llu tensor infos", (unsigned long long)n);
         goto out;
     }
+    r->after_read = false;
     if (!index_init(r, &f->tensor_index, (int64_t)n)) goto out;
     for (uint64_t i = 0; i < n; i++)
         if (!read_tensor_info(r, f, i, &offsets[i])) goto out;
     size_t pad = (f->alignment - r->pos % f->alignment) % f->alignment;
     f->data_offset = (uint64_t)r->pos + pad;
+    r->after_read = true;
     for (uint64_t i = 0; i < n; i++)
         if (!place_tensor(r, f, &f->tensors[i], offsets[i])) goto out;
     ok = true;
