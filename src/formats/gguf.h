@@ -40,14 +40,15 @@ size_t gguf_alignment(const gguf_file *f);
 int64_t gguf_n_kv(const gguf_file *f);
 const char *gguf_kv_key(const gguf_file *f, int64_t i);
 int64_t gguf_find_key(const gguf_file *f, const char *key); /* -1 if absent */
-gguf_value_type gguf_kv_type(const gguf_file *f, int64_t i);
+gguf_value_type gguf_kv_type(const gguf_file *f, int64_t i); /* (gguf_value_type)-1 if i is out of range */
 bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
 bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
 bool gguf_get_f32(const gguf_file *f, const char *key, float *out); /* accepts f32 or f64 */
 bool gguf_get_bool(const gguf_file *f, const char *key, bool *out);
 /* Strings are not NUL-terminated in the file: (ptr,len) into the mapping. */
 bool gguf_get_str(const gguf_file *f, const char *key, const char **s, size_t *len);
-/* Arrays: element type and count. */
+/* Arrays: element type and count. Arrays of arrays are validated but their elements are
+ * not exposed (elem = GGUF_T_ARRAY; gguf_get_arr_data returns NULL for them and strings). */
 bool gguf_get_arr_info(const gguf_file *f, const char *key, gguf_value_type *elem, uint64_t *n);
 /* i-th string of a string array (O(1): the parser indexes offsets). */
 bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s, size_t *len);

@@ -20,12 +20,14 @@ bool quant_type_info(uint32_t type, size_t *block_elems, size_t *block_bytes, co
 bool quant_type_supported(uint32_t type);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
 size_t quant_row_bytes(uint32_t type, int64_t n);
-/* Reference dequantisation of one row of n elements (n multiple of the block size). */
+/* Reference dequantisation of one row of n elements (n multiple of the block size).
+ * src may be unaligned. Unsupported types fill dst with NaN so misuse is visible. */
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
-/* (Unsupported types fill dst with NaN so misuse is visible.) */
 /* Q4_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed scale bytes. */
 void quant_q4_K_scale_min(const uint8_t *scales, int j, uint8_t *sc, uint8_t *mn);
 
+/* fp16 conversions follow F16C (vcvtph2ps/vcvtps2ph) bit for bit, signalling NaNs
+ * become quiet. bf16 keeps subnormals (unlike vcvtneps2bf16, which flushes them). */
 float fp16_to_f32(uint16_t h);
 uint16_t f32_to_fp16(float f);    /* round to nearest even */
 float bf16_to_f32(uint16_t h);
