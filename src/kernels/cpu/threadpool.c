@@ -81,7 +81,9 @@ static void work(threadpool *p, uint32_t gen) {
 
 static void *worker_main(void *arg) {
     threadpool *p = arg;
-    uint32_t seen = atomic_load_explicit(&p->seq, memory_order_acquire);
+    /* The value at creation, not a fresh read: a run or a destroy may already have
+     * bumped seq before this thread got scheduled, and must not be missed. */
+    uint32_t seen = 0;
     for (;;) {
         uint32_t cur = atomic_load_explicit(&p->seq, memory_order_acquire);
         if (cur == seen) {
