@@ -115,6 +115,15 @@ int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const uint16_t *
                         uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot, int T,
                         int n_kv_heads, int head_dim);
 
+/* ---- helpers for tests and benchmarks ------------------------------------------------ */
+/* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */
+int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint64_t seed, float scale);
+int invar_cuda_fill_random_f32(invar_cuda_ctx *ctx, float *p, size_t n, uint64_t seed, float scale);
+/* Counts rows (of row_bytes each, row_bytes % 4 == 0) where a and b differ in any bit;
+ * synchronises and returns the count, or a negative error. */
+long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, size_t rows,
+                            size_t row_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,2 +1,91 @@
+/* Attention benchmark: decode (one query token per sequence) over batch x context, and
+ * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). */
+#include <math.h>
 #include "bench_cuda.h"
-void bench_attention(FILE *js) { (void)js; }
+
+#define HQ 32
+#define HKV 8
+#define HD 128
+#define PG INVAR_CUDA_PAGE
+
+struct attn_arg {
+    invar_cuda_attn_plan *plan;
+    uint16_t *q, *kc, *vc, *out;
+    int32_t *bt;
+};
+
+static void run_attn(void *p)
+{
+    struct attn_arg *a = p;
+    invar_cuda_ctx *ctx = bench_ctx();
+    if (invar_cuda_attention(ctx, a->plan, a->q, a->kc, a->vc, a->bt, a->out, 1.0f / sqrtf((float)HD))) {
+        fprintf(stderr, "attention failed: %s\n", invar_cuda_last_error(ctx));
+        exit(2);
+    }
+}
+
+/* One case: B sequences of context ctx_len, each with q_len query tokens at the end. */
+static double one(int B, int ctx_len, int q_len, int *split)
+{
+    invar_cuda_ctx *ctx = bench_ctx();
+    int pages = (ctx_len + PG - 1) / PG;
+    size_t page_elems = (size_t)HKV * PG * HD;
+    size_t kv = (size_t)B * pages * page_elems;
+    struct attn_arg a;
+    a.kc = dmalloc(kv * 2);
+    a.vc = dmalloc(kv * 2);
+    a.q = dmalloc((size_t)B * q_len * HQ * HD * 2);
+    a.out = dmalloc((size_t)B * q_len * HQ * HD * 2);
+    CKI(invar_cuda_fill_random_bf16(ctx, a.kc, kv, 11, 2.0f));
+    CKI(invar_cuda_fill_random_bf16(ctx, a.vc, kv, 12, 1.0f));
+    CKI(invar_cuda_fill_random_bf16(ctx, a.q, (size_t)B * q_len * HQ * HD, 13, 2.0f));
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)B * pages);
+    int32_t *qs = malloc(4 * B), *ql = malloc(4 * B), *cl = malloc(4 * B);
+    for (int b = 0; b < B; b++) {
+        for (int p = 0; p < pages; p++) bt[(size_t)b * pages + p] = b * pages + p;
+        qs[b] = b * q_len;
+        ql[b] = q_len;
+        cl[b] = ctx_len;
+    }
+    a.bt = upload(bt, sizeof(int32_t) * (size_t)B * pages);
+    CKI(invar_cuda_attn_plan_create(ctx, &a.plan, B, qs, ql, cl, HQ, HKV, HD, pages));
+    *split = invar_cuda_attn_plan_split(a.plan);
+    double ms = bench_time_ms(run_attn, &a, 10);
+    invar_cuda_attn_plan_free(a.plan);
+    free(bt); free(qs); free(ql); free(cl);
+    CK(cudaFree(a.kc)); CK(cudaFree(a.vc)); CK(cudaFree(a.q)); CK(cudaFree(a.out)); CK(cudaFree(a.bt));
+    return ms;
+}
+
+void bench_attention(FILE *js)
+{
+    static const int dec[][2] = {{1, 1024}, {1, 8192}, {1, 32768}, {16, 4096}, {16, 32768},
+                                 {64, 4096}, {64, 16384}, {256, 1024}, {256, 4096}};
+    static const int pre[] = {512, 1024, 2048, 4096, 8192};
+    printf("== attention decode (KV TB/s = K+V bytes read / time) ==\n");
+    fprintf(js, "\"attention\": [\n");
+    int first = 1;
+    for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) {
+        int split;
+        double ms = one(dec[i][0], dec[i][1], 1, &split);
+        double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
+        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d\n", dec[i][0], dec[i][1], ms * 1e3,
+               bytes / (ms * 1e-3) / 1e12, split);
+        fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d}",
+                first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split);
+        first = 0;
+        fflush(stdout);
+    }
+    printf("== attention prefill (one sequence, causal) ==\n");
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
+        int split;
+        double ms = one(1, pre[i], pre[i], &split);
+        double fl = 4.0 * HQ * HD * (double)pre[i] * (pre[i] + 1) / 2;
+        printf("prefill L=%5d: %9.1f us  %.1f TFLOP/s (causal FLOPs)  split=%d\n", pre[i], ms * 1e3,
+               fl / (ms * 1e-3) / 1e12, split);
+        fprintf(js, ",\n  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d}",
+                pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split);
+        fflush(stdout);
+    }
+    fprintf(js, "\n],\n");
+}

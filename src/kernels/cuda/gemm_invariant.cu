@@ -22,7 +22,6 @@ struct gemm_params {
     int out_f32;
     void *out;
     float *ws;          /* [n_chunks][M][N] partials (split only) */
-    unsigned *counters; /* [tiles_m * tiles_n], zero on entry and on exit */
 };
 
 #define B_TILE_BYTES (GEMM_BN * GEMM_BK * 2)
@@ -84,7 +83,6 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     const uint32_t stage_bytes = a_bytes + B_TILE_BYTES;
     uint64_t *bars = (uint64_t *)(sbase + (size_t)p.stages * stage_bytes);
     uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + p.stages);
-    volatile int *last_flag = (volatile int *)(bars + 2 * p.stages);
 
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
@@ -132,7 +130,6 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     const int warp = tid / 32, lane = tid % 32;
     const int lane_row = warp * 16 + lane / 4;
     const int lane_col = 2 * (lane % 4);
-    const int nthreads_c = p.consumers * 128;
     float acc[64];
     float total[64];
 #pragma unroll
@@ -186,8 +183,8 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
             store_frag(&p, total, row0, col0, lane_row, lane_col);
             continue;
         }
-        /* Split: publish this chunk's partial sums, and let the last CTA of the tile fold all
-         * chunks in chunk order (the same fold as the in-register path above). */
+        /* Split: publish this chunk's partial sums; gemm_fold_kernel adds the chunks of
+         * every element in chunk order (the same fold as the in-register path above). */
         float *part = p.ws + (size_t)chunk * p.M * p.N;
 #pragma unroll
         for (int j = 0; j < GEMM_BN / 8; j++) {
@@ -200,38 +197,29 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
             }
         }
-        __threadfence();
-        named_barrier(1, nthreads_c);
-        if (threadIdx.x == 128) {
-            unsigned *ctr = p.counters + (size_t)tm * p.tiles_n + tn;
-            unsigned prev = atomicAdd(ctr, 1u);
-            int last = prev == (unsigned)(p.n_chunks - 1);
-            if (last) *ctr = 0; /* ready for the next call */
-            *last_flag = last;
-        }
-        named_barrier(1, nthreads_c);
-        int last = *last_flag;
-        named_barrier(1, nthreads_c); /* flag read before the next unit rewrites it */
-        if (!last) continue;
-        __threadfence();
-        /* One output pair at a time, chunks in order: few live registers. */
-        for (int j = 0; j < GEMM_BN / 8; j++) {
-            int col = col0 + 8 * j + lane_col;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int row = row0 + lane_row + 8 * h;
-                if (row >= p.M || col >= p.N) continue;
-                const float *q = p.ws + (size_t)row * p.N + col;
-                float t0 = 0.0f, t1 = 0.0f;
-                for (int ch = 0; ch < p.n_chunks; ch++) {
-                    float2 v = __ldcg((const float2 *)(q + (size_t)ch * p.M * p.N));
-                    t0 = __fadd_rn(t0, v.x);
-                    t1 = __fadd_rn(t1, v.y);
-                }
-                store_pair(&p, (size_t)row * p.N + col, t0, t1);
-            }
-        }
     }
+    }
+}
+
+/* total = 0; total += P_c for c = 0, 1, ... (same rounding steps as the in-register fold). */
+__global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void *out, int out_f32)
+{
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= mn) return;
+    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < n_chunks; c++) {
+        float4 v = __ldcs((const float4 *)(ws + (size_t)c * mn + i));
+        t.x = __fadd_rn(t.x, v.x);
+        t.y = __fadd_rn(t.y, v.y);
+        t.z = __fadd_rn(t.z, v.z);
+        t.w = __fadd_rn(t.w, v.w);
+    }
+    if (out_f32) {
+        *(float4 *)((float *)out + i) = t;
+    } else {
+        __nv_bfloat162 *o = (__nv_bfloat162 *)((__nv_bfloat16 *)out + i);
+        o[0] = __floats2bfloat162_rn(t.x, t.y);
+        o[1] = __floats2bfloat162_rn(t.z, t.w);
     }
 }
 
@@ -317,18 +305,11 @@ extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uin
     p.out_f32 = c_type == INVAR_CUDA_F32;
     p.out = c;
     p.ws = NULL;
-    p.counters = NULL;
     if (pl.split) {
         size_t need = (size_t)pl.n_chunks * M * N * sizeof(float);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, need, 0);
         if (rc) return rc;
-        size_t tiles = (size_t)p.tiles_m * p.tiles_n;
-        size_t have = ctx->gemm_counters_n * sizeof(unsigned);
-        rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_counters, &have, tiles * sizeof(unsigned), 1);
-        if (rc) return rc;
-        ctx->gemm_counters_n = have / sizeof(unsigned);
         p.ws = ctx->gemm_ws;
-        p.counters = ctx->gemm_counters;
     }
     CUtensorMap ma, mb;
     if (make_map(ctx, &ma, a, M, K, pl.bm) || make_map(ctx, &mb, w, N, K, GEMM_BN))
@@ -346,5 +327,10 @@ extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uin
         return INVAR_CUDA_ECUDA;
     int threads = (p.consumers + 1) * 128;
     gemm_invariant_kernel<<<pl.grid, threads, smem, ctx->stream>>>(ma, mb, p);
+    if (pl.split) {
+        size_t mn = (size_t)M * N;
+        unsigned blocks = (unsigned)((mn / 4 + 255) / 256);
+        gemm_fold_kernel<<<blocks, 256, 0, ctx->stream>>>(p.ws, pl.n_chunks, mn, c, p.out_f32);
+    }
     return invar_cuda_check(ctx, cudaGetLastError(), "gemm launch");
 }

@@ -1,0 +1,89 @@
+"""PyTorch timings on the same device and shapes as bench_cuda's row-kernel and attention
+sections (torch eager ops, scaled_dot_product_attention), for side-by-side comparison.
+Median of triton.testing.do_bench (L2 flushed between runs). Usage: torch_ref.py OUT.json"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+dev = "cuda"
+bf = torch.bfloat16
+out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": [], "attention": []}
+
+
+def t_us(fn):
+    return do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3
+
+
+Ms = [1, 8, 32, 128, 512, 1024, 2048, 4096, 8192]
+D, FF, V, HR = 4096, 14336, 128256, 40
+x = torch.randn(8192, D, device=dev, dtype=bf)
+res = torch.randn(8192, D, device=dev, dtype=bf)
+w = torch.randn(D, device=dev, dtype=bf)
+gu = torch.randn(8192, 2 * FF, device=dev, dtype=bf)
+qk = torch.randn(8192, HR, 128, device=dev, dtype=bf)
+table = torch.randn(V, D, device=dev, dtype=bf)
+ids = torch.randint(0, V, (8192,), device=dev)
+logits = torch.randn(8192, V, device=dev, dtype=torch.float32) * 8
+inv_freq = 500000.0 ** (-torch.arange(0, 64, device=dev, dtype=torch.float32) / 64)
+pos = torch.randint(0, 32768, (8192,), device=dev)
+
+
+def rope(t, p):
+    ang = p[:, None].float() * inv_freq[None, :]
+    c, s = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    a, b = t[..., :64].float(), t[..., 64:].float()
+    return torch.cat([a * c - b * s, a * s + b * c], -1).to(bf)
+
+
+def norm_res(m):
+    r = x[:m] + res[:m]
+    return F.rms_norm(r, (D,), w, 1e-5), r
+
+
+def sample(m):
+    p = torch.softmax(logits[:m] / 0.8, -1)
+    tok = torch.multinomial(p, 1)
+    return tok, torch.log_softmax(logits[:m], -1).gather(1, tok)
+
+
+cases = {
+    "rmsnorm_residual_4096": (lambda m: norm_res(m), lambda m: 4.0 * m * D * 2),
+    "silu_mul_14336": (lambda m: F.silu(gu[:m, :FF]) * gu[:m, FF:], lambda m: 3.0 * m * FF * 2),
+    "rope_q32k8_128": (lambda m: rope(qk[:m], pos[:m]), lambda m: 2.0 * m * HR * 128 * 2),
+    "embed_4096": (lambda m: F.embedding(ids[:m], table), lambda m: 2.0 * m * D * 2),
+    "log_softmax_128256": (lambda m: torch.log_softmax(logits[:m], -1), lambda m: 2.0 * m * V * 4),
+    "sample_128256": (lambda m: sample(m), lambda m: 1.0 * m * V * 4),
+}
+for name, (fn, nbytes) in cases.items():
+    for m in Ms:
+        us = t_us(lambda: fn(m))
+        out["rows"].append({"kernel": name, "M": m, "us": us, "GBps": nbytes(m) / us / 1e3})
+        print(f"torch {name:24s} M={m:5d} {us:9.1f} us {nbytes(m) / us / 1e3:7.0f} GB/s", flush=True)
+del x, res, gu, qk, table, logits
+torch.cuda.empty_cache()
+
+HQ, HKV, HD = 32, 8, 128
+dec = [(1, 1024), (1, 8192), (1, 32768), (16, 4096), (16, 32768), (64, 4096), (64, 16384), (256, 1024), (256, 4096)]
+for b, ctx in dec:
+    q = torch.randn(b, HQ, 1, HD, device=dev, dtype=bf)
+    k = torch.randn(b, HKV, ctx, HD, device=dev, dtype=bf)
+    v = torch.randn(b, HKV, ctx, HD, device=dev, dtype=bf)
+    us = t_us(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    tb = b * ctx * HKV * HD * 2 * 2 / us / 1e6
+    out["attention"].append({"kind": "decode", "B": b, "ctx": ctx, "us": us, "kv_TBps": tb})
+    print(f"torch sdpa decode B={b:3d} ctx={ctx:6d}: {us:9.1f} us {tb:.2f} TB/s", flush=True)
+    del q, k, v
+for L in [512, 1024, 2048, 4096, 8192]:
+    q = torch.randn(1, HQ, L, HD, device=dev, dtype=bf)
+    k = torch.randn(1, HKV, L, HD, device=dev, dtype=bf)
+    v = torch.randn(1, HKV, L, HD, device=dev, dtype=bf)
+    us = t_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    fl = 4.0 * HQ * HD * L * (L + 1) / 2
+    out["attention"].append({"kind": "prefill", "L": L, "us": us, "TFLOPs": fl / us / 1e6})
+    print(f"torch sdpa prefill L={L:5d}: {us:9.1f} us {fl / us / 1e6:.1f} TFLOP/s", flush=True)
+
+with open(sys.argv[1], "w") as f:
+    json.dump(out, f, indent=1)

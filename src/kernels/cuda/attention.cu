@@ -1,0 +1,474 @@
+/* Paged, ragged, grouped-query attention with a batch-invariant KV reduction.
+ *
+ * For a query row (token, head) the keys are cut into splits at absolute positions
+ * [256c, 256c+256). Each split is reduced over its 256 fixed slots (slots past the token's
+ * position or the cache end are -inf scores / zero weights, which change no sum), giving
+ * (m_c = max score, l_c = sum exp(s - m_c), o_c = sum exp(s - m_c) v). Splits are then folded in
+ * order c = 0, 1, ... by fold_step, either inside the CTA (one CTA walks all splits of its
+ * tokens) or by attn_merge_kernel over partials that separate CTAs wrote: the same function
+ * on the same fp32 values, so the bits do not depend on which path ran, on how many tokens a
+ * CTA holds, nor on what else is in the batch. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.h"
+
+#define HD 128                 /* head_dim */
+#define SPLIT INVAR_CUDA_KV_SPLIT
+#define PAGE INVAR_CUDA_PAGE
+#define ATT_THREADS 256
+#define ATT_MAX_ROWS 64        /* query rows (tokens x heads of one KV head) per CTA */
+#define VB 8                   /* value rows loaded together (divides PAGE) */
+static_assert(SPLIT == ATT_THREADS, "one split slot per thread in the score pass");
+static_assert(SPLIT % PAGE == 0, "splits start on page boundaries");
+
+struct attn_item {
+    int seq;
+    int tok0;      /* first query row of the tile in q / out */
+    int ntok;
+    int pos0;      /* position of tok0 */
+    int chunk;     /* split to do, or -1: all splits of the tile, folded in the CTA */
+};
+
+struct invar_cuda_attn_plan {
+    int n_seqs, n_tokens, n_heads, n_kv_heads, head_dim, max_pages;
+    int n_items_tile, n_items_split;
+    int rmax;                  /* query rows of the largest tile */
+    int force;                 /* -1 auto, 0, 1 */
+    int auto_split;
+    size_t n_partials;         /* sum over tokens of their split count */
+    struct attn_item *d_items_tile, *d_items_split;
+    int32_t *d_ctx_len;        /* [n_seqs] */
+    int32_t *d_tok_pos;        /* [n_tokens] */
+    int32_t *d_tok_pbase;      /* [n_tokens] first partial of the token */
+};
+
+static __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+/* One fold step: (m, l, o) <- (m, l, o) (+) (mc, lc, oc). The caller applies it only for
+ * splits that hold at least one key of the row, so mc is finite. */
+static __device__ __forceinline__ void fold_scales(float m, float mc, float *mn, float *a, float *b)
+{
+    *mn = fmaxf(m, mc);
+    *a = expf(__fsub_rn(m, *mn));
+    *b = expf(__fsub_rn(mc, *mn));
+}
+static __device__ __forceinline__ float fold_val(float x, float xc, float a, float b)
+{
+    return __fadd_rn(__fmul_rn(x, a), __fmul_rn(xc, b));
+}
+
+/* Key/value row of `pos` for KV head kh. */
+static __device__ __forceinline__ const uint16_t *kv_row(const uint16_t *cache, const int32_t *bt,
+                                                         int pos, int kh, int n_kv)
+{
+    int page = bt[pos / PAGE];
+    return cache + (((size_t)page * n_kv + kh) * PAGE + pos % PAGE) * HD;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restrict__ q,
+            const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+            const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
+            const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
+            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int rmax)
+{
+    extern __shared__ float sm[];
+    const struct attn_item it = items[blockIdx.x];
+    const int kh = blockIdx.y;
+    const int G = n_heads / n_kv;
+    const int R = it.ntok * G;
+    float *q_s = sm;                            /* [R][HD], pre-scaled */
+    float *p_s = q_s + rmax * HD;               /* [R][SPLIT] scores, then weights */
+    float *mc_s = p_s + rmax * SPLIT;           /* [R] split max */
+    float *lc_s = mc_s + rmax;                  /* [R] split sum */
+    float *m_s = lc_s + rmax;                   /* [R] running max */
+    float *l_s = m_s + rmax;                    /* [R] running sum */
+    float *o_s = l_s + rmax;                    /* [R][HD] running output (unnormalised) */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t *bt = block_table + (size_t)it.seq * max_pages;
+    const int clen = ctx_len[it.seq];
+
+    for (int i = tid; i < R * HD; i += ATT_THREADS) {
+        int r = i / HD, d = i % HD;
+        int tok = it.tok0 + r / G, h = kh * G + r % G;
+        q_s[i] = __fmul_rn(bf(q[((size_t)tok * n_heads + h) * HD + d]), scale);
+    }
+    /* PV thread layout: dims 4*lane .. 4*lane+3 of rows warp, warp+8, ... */
+    const int last_pos = it.pos0 + it.ntok - 1;
+    int c0 = it.chunk, c1 = it.chunk + 1;
+    if (it.chunk < 0) {
+        c0 = 0;
+        c1 = last_pos / SPLIT + 1;
+    }
+    __syncthreads();
+    for (int c = c0; c < c1; c++) {
+        const int base = c * SPLIT;
+        int nvalid = min(SPLIT, min(clen, last_pos + 1) - base);
+        /* Scores: thread tid owns slot tid; a sequential dot over d, done in two halves of
+         * the key row (fewer live registers) with the running sum parked in p_s. */
+        {
+            int pos = base + tid;
+            bool have = tid < nvalid;
+            const uint4 *src = have ? (const uint4 *)kv_row(kc, bt, pos, kh, n_kv) : NULL;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                uint4 kr[HD / 16];
+                if (have) {
+#pragma unroll
+                    for (int i = 0; i < HD / 16; i++) kr[i] = __ldg(src + half * (HD / 16) + i);
+                }
+                for (int r = 0; r < R; r++) {
+                    int tpos = it.pos0 + r / G;
+                    float s = -INFINITY;
+                    if (have && pos <= tpos) {
+                        const float4 *qr = (const float4 *)(q_s + r * HD + half * (HD / 2));
+                        s = half ? p_s[r * SPLIT + tid] : 0.0f;
+#pragma unroll
+                        for (int i = 0; i < HD / 16; i++) {
+                            const uint16_t *kk = (const uint16_t *)&kr[i];
+                            float4 qa = qr[2 * i], qb = qr[2 * i + 1];
+                            s = __fmaf_rn(qa.x, bf(kk[0]), s);
+                            s = __fmaf_rn(qa.y, bf(kk[1]), s);
+                            s = __fmaf_rn(qa.z, bf(kk[2]), s);
+                            s = __fmaf_rn(qa.w, bf(kk[3]), s);
+                            s = __fmaf_rn(qb.x, bf(kk[4]), s);
+                            s = __fmaf_rn(qb.y, bf(kk[5]), s);
+                            s = __fmaf_rn(qb.z, bf(kk[6]), s);
+                            s = __fmaf_rn(qb.w, bf(kk[7]), s);
+                        }
+                    }
+                    p_s[r * SPLIT + tid] = s;
+                }
+            }
+        }
+        __syncthreads();
+        /* Split softmax statistics: warp per row, lane-sequential then a fixed xor tree. */
+        for (int r = warp; r < R; r += 8) {
+            float *pr = p_s + r * SPLIT;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < SPLIT / 32; i++) mx = fmaxf(mx, pr[lane + 32 * i]);
+            for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            float sum = 0.0f;
+            if (mx != -INFINITY) {
+#pragma unroll
+                for (int i = 0; i < SPLIT / 32; i++) {
+                    float p = expf(__fsub_rn(pr[lane + 32 * i], mx));
+                    pr[lane + 32 * i] = p;
+                    sum = __fadd_rn(sum, p);
+                }
+            }
+            for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+            sum = __shfl_sync(0xffffffffu, sum, 0);
+            if (lane == 0) {
+                mc_s[r] = mx;
+                lc_s[r] = sum;
+            }
+        }
+        __syncthreads();
+        /* o_c = sum_j p_j v_j, j in slot order; slots past nvalid have p == 0 for every row. */
+        {
+            float oc[8][4];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) oc[k][e] = 0.0f;
+            /* Half a page at a time: 8 value rows are loaded before the first is used. */
+            for (int jp = 0; jp < nvalid; jp += VB) {
+                const uint16_t *vp = kv_row(vc, bt, base + jp, kh, n_kv) + 4 * lane;
+                int n = min(VB, nvalid - jp);
+                uint2 vv[VB];
+#pragma unroll
+                for (int jj = 0; jj < VB; jj++)
+                    if (jj < n) vv[jj] = __ldg((const uint2 *)(vp + jj * HD));
+#pragma unroll
+                for (int jj = 0; jj < VB; jj++) {
+                    if (jj >= n) break;
+                    const uint16_t *pv = (const uint16_t *)&vv[jj];
+                    float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        int r = warp + 8 * k;
+                        if (r < R) {
+                            float p = p_s[r * SPLIT + jp + jj];
+                            oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
+                            oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
+                            oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
+                            oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int r = warp + 8 * k;
+                if (r >= R) continue;
+                int tpos = it.pos0 + r / G;
+                if (tpos < base) continue; /* no key of this row in the split */
+                float mc = mc_s[r], lc = lc_s[r];
+                if (it.chunk >= 0) {
+                    int tok = it.tok0 + r / G, h = kh * G + r % G;
+                    float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
+                    if (lane == 0) {
+                        dst[0] = mc;
+                        dst[1] = lc;
+                    }
+                    *(float4 *)(dst + 4 + 4 * lane) = make_float4(oc[k][0], oc[k][1], oc[k][2], oc[k][3]);
+                } else {
+                    float4 *orow = (float4 *)(o_s + r * HD) + lane;
+                    float4 oc4 = make_float4(oc[k][0], oc[k][1], oc[k][2], oc[k][3]);
+                    if (c == 0) {
+                        *orow = oc4;
+                        __syncwarp();
+                        if (lane == 0) {
+                            m_s[r] = mc;
+                            l_s[r] = lc;
+                        }
+                    } else {
+                        float mn, a, b;
+                        fold_scales(m_s[r], mc, &mn, &a, &b);
+                        float4 ov = *orow;
+                        ov.x = fold_val(ov.x, oc4.x, a, b);
+                        ov.y = fold_val(ov.y, oc4.y, a, b);
+                        ov.z = fold_val(ov.z, oc4.z, a, b);
+                        ov.w = fold_val(ov.w, oc4.w, a, b);
+                        *orow = ov;
+                        float ln = fold_val(l_s[r], lc, a, b);
+                        __syncwarp();
+                        if (lane == 0) {
+                            m_s[r] = mn;
+                            l_s[r] = ln;
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (it.chunk >= 0) return;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int r = warp + 8 * k;
+        if (r >= R) continue;
+        int tok = it.tok0 + r / G, h = kh * G + r % G;
+        __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + h) * HD + 4 * lane);
+        float4 ov = ((const float4 *)(o_s + r * HD))[lane];
+        float l = l_s[r];
+        dst[0] = __floats2bfloat162_rn(__fdiv_rn(ov.x, l), __fdiv_rn(ov.y, l));
+        dst[1] = __floats2bfloat162_rn(__fdiv_rn(ov.z, l), __fdiv_rn(ov.w, l));
+    }
+}
+
+/* Folds a token-head's split partials in split order: one warp per (token, head). */
+__global__ void attn_merge_kernel(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
+                                  const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
+                                  int n_tokens, int n_heads)
+{
+    int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= n_tokens * n_heads) return;
+    int tok = gw / n_heads, h = gw % n_heads;
+    int nc = tok_pos[tok] / SPLIT + 1;
+    float m = 0, l = 0, o[4] = {0, 0, 0, 0};
+    for (int c = 0; c < nc; c++) {
+        const float *src = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
+        float mc = src[0], lc = src[1];
+        float4 oc = *(const float4 *)(src + 4 + 4 * lane);
+        if (c == 0) {
+            m = mc;
+            l = lc;
+            o[0] = oc.x;
+            o[1] = oc.y;
+            o[2] = oc.z;
+            o[3] = oc.w;
+        } else {
+            float mn, a, b;
+            fold_scales(m, mc, &mn, &a, &b);
+            m = mn;
+            l = fold_val(l, lc, a, b);
+            o[0] = fold_val(o[0], oc.x, a, b);
+            o[1] = fold_val(o[1], oc.y, a, b);
+            o[2] = fold_val(o[2], oc.z, a, b);
+            o[3] = fold_val(o[3], oc.w, a, b);
+        }
+    }
+    __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + h) * HD + 4 * lane);
+    dst[0] = __floats2bfloat162_rn(__fdiv_rn(o[0], l), __fdiv_rn(o[1], l));
+    dst[1] = __floats2bfloat162_rn(__fdiv_rn(o[2], l), __fdiv_rn(o[3], l));
+}
+
+__global__ void kv_write_kernel(const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
+                                uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
+                                const int32_t *__restrict__ slot, int n_kv, size_t nvec)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nvec) return;
+    int per_tok = n_kv * HD / 8;
+    size_t t = i / per_tok;
+    int r = (int)(i % per_tok);
+    int kh = r / (HD / 8), dv = r % (HD / 8);
+    int s = slot[t];
+    size_t dst = (((size_t)(s / PAGE) * n_kv + kh) * PAGE + s % PAGE) * HD / 8 + dv;
+    ((uint4 *)kc)[dst] = ((const uint4 *)k)[i];
+    ((uint4 *)vc)[dst] = ((const uint4 *)v)[i];
+}
+
+/* ---- host side ---- */
+
+extern "C" int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const uint16_t *v,
+                                   uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot,
+                                   int T, int n_kv_heads, int head_dim)
+{
+    if (head_dim != HD || T < 0 || n_kv_heads <= 0)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "kv_write: head_dim must be %d", HD);
+    size_t nvec = (size_t)T * n_kv_heads * HD / 8;
+    if (!nvec) return 0;
+    kv_write_kernel<<<(unsigned)((nvec + 255) / 256), 256, 0, ctx->stream>>>(k, v, k_cache, v_cache,
+                                                                            slot, n_kv_heads, nvec);
+    return invar_cuda_check(ctx, cudaGetLastError(), "kv_write launch");
+}
+
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 16) != cudaSuccess) return NULL;
+    if (bytes && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        return NULL;
+    }
+    return d;
+}
+
+extern "C" void invar_cuda_attn_plan_free(invar_cuda_attn_plan *p)
+{
+    if (!p) return;
+    cudaFree(p->d_items_tile);
+    cudaFree(p->d_items_split);
+    cudaFree(p->d_ctx_len);
+    cudaFree(p->d_tok_pos);
+    cudaFree(p->d_tok_pbase);
+    free(p);
+}
+
+extern "C" int invar_cuda_attn_plan_create(invar_cuda_ctx *ctx, invar_cuda_attn_plan **out,
+                                           int n_seqs, const int32_t *q_start, const int32_t *q_len,
+                                           const int32_t *ctx_len, int n_heads, int n_kv_heads,
+                                           int head_dim, int max_pages)
+{
+    *out = NULL;
+    if (head_dim != HD || n_kv_heads <= 0 || n_heads % n_kv_heads || n_seqs <= 0 ||
+        n_heads / n_kv_heads > ATT_MAX_ROWS)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attn plan: unsupported heads/head_dim");
+    int G = n_heads / n_kv_heads;
+    int qt = ATT_MAX_ROWS / G; /* tokens per CTA tile */
+    int T = 0, ni_tile = 0, maxtok = 1;
+    size_t ni_split = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (q_len[s] < 0 || ctx_len[s] < q_len[s] || ctx_len[s] > max_pages * PAGE)
+            return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attn plan: bad lengths for seq %d", s);
+        if (q_start[s] + q_len[s] > T) T = q_start[s] + q_len[s];
+        int tiles = (q_len[s] + qt - 1) / qt;
+        if (q_len[s] > maxtok) maxtok = q_len[s] < qt ? q_len[s] : qt;
+        ni_tile += tiles;
+        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
+            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
+            int lastp = ctx_len[s] - q_len[s] + t0 + n - 1;
+            ni_split += (size_t)(lastp / SPLIT + 1);
+        }
+    }
+    invar_cuda_attn_plan *p = (invar_cuda_attn_plan *)calloc(1, sizeof *p);
+    struct attn_item *it_t = (struct attn_item *)malloc(sizeof *it_t * (ni_tile + 1));
+    struct attn_item *it_s = (struct attn_item *)malloc(sizeof *it_s * (ni_split + 1));
+    int32_t *pos = (int32_t *)calloc((size_t)T + 1, 4), *pbase = (int32_t *)calloc((size_t)T + 1, 4);
+    if (!p || !it_t || !it_s || !pos || !pbase) {
+        free(p); free(it_t); free(it_s); free(pos); free(pbase);
+        return invar_cuda_fail(ctx, INVAR_CUDA_ENOMEM, "attn plan: out of host memory");
+    }
+    int a = 0;
+    size_t b = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
+            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
+            struct attn_item w = {s, q_start[s] + t0, n, ctx_len[s] - q_len[s] + t0, -1};
+            it_t[a++] = w;
+            int lastp = w.pos0 + n - 1;
+            for (int c = 0; c <= lastp / SPLIT; c++) {
+                w.chunk = c;
+                it_s[b++] = w;
+            }
+        }
+        for (int j = 0; j < q_len[s]; j++) pos[q_start[s] + j] = ctx_len[s] - q_len[s] + j;
+    }
+    size_t np = 0;
+    for (int t = 0; t < T; t++) {
+        pbase[t] = (int32_t)np;
+        np += (size_t)(pos[t] / SPLIT + 1);
+    }
+    p->n_seqs = n_seqs;
+    p->n_tokens = T;
+    p->n_heads = n_heads;
+    p->n_kv_heads = n_kv_heads;
+    p->head_dim = head_dim;
+    p->max_pages = max_pages;
+    p->n_items_tile = ni_tile;
+    p->n_items_split = (int)ni_split;
+    p->n_partials = np;
+    p->rmax = maxtok * G;
+    p->force = -1;
+    /* Split the KV over CTAs only when whole tiles would leave most of the chip idle. */
+    p->auto_split = (long)ni_tile * n_kv_heads < 4L * ctx->sm_count && ni_split > (size_t)ni_tile;
+    p->d_items_tile = (struct attn_item *)to_dev(it_t, sizeof *it_t * ni_tile);
+    p->d_items_split = (struct attn_item *)to_dev(it_s, sizeof *it_s * ni_split);
+    p->d_ctx_len = (int32_t *)to_dev(ctx_len, 4 * (size_t)n_seqs);
+    p->d_tok_pos = (int32_t *)to_dev(pos, 4 * (size_t)T);
+    p->d_tok_pbase = (int32_t *)to_dev(pbase, 4 * (size_t)T);
+    free(it_t); free(it_s); free(pos); free(pbase);
+    if (!p->d_items_tile || !p->d_items_split || !p->d_ctx_len || !p->d_tok_pos || !p->d_tok_pbase) {
+        invar_cuda_attn_plan_free(p);
+        return invar_cuda_fail(ctx, INVAR_CUDA_ENOMEM, "attn plan: device allocation failed");
+    }
+    *out = p;
+    return 0;
+}
+
+extern "C" int invar_cuda_attn_plan_split(const invar_cuda_attn_plan *p)
+{
+    return p->force >= 0 ? p->force : p->auto_split;
+}
+
+extern "C" void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *p, int force)
+{
+    p->force = force < 0 ? -1 : (force ? 1 : 0);
+}
+
+extern "C" int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *p,
+                                    const uint16_t *q, const uint16_t *k_cache,
+                                    const uint16_t *v_cache, const int32_t *block_table,
+                                    uint16_t *out, float scale)
+{
+    int split = invar_cuda_attn_plan_split(p);
+    size_t smem = sizeof(float) * ((size_t)p->rmax * (2 * HD + SPLIT + 4));
+    if (invar_cuda_check(ctx, cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                         "attn smem attribute"))
+        return INVAR_CUDA_ECUDA;
+    if (p->n_tokens == 0) return 0;
+    if (split) {
+        size_t need = p->n_partials * p->n_heads * (HD + 4) * sizeof(float);
+        int rc = invar_cuda_grow(ctx, (void **)&ctx->attn_ws, &ctx->attn_ws_bytes, need, 0);
+        if (rc) return rc;
+        dim3 grid(p->n_items_split, p->n_kv_heads);
+        attn_kernel<<<grid, ATT_THREADS, smem, ctx->stream>>>(
+            p->d_items_split, q, k_cache, v_cache, block_table, p->d_ctx_len, p->d_tok_pbase, out,
+            ctx->attn_ws, p->n_heads, p->n_kv_heads, p->max_pages, scale, p->rmax);
+        size_t warps = (size_t)p->n_tokens * p->n_heads;
+        attn_merge_kernel<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
+            ctx->attn_ws, p->d_tok_pos, p->d_tok_pbase, out, p->n_tokens, p->n_heads);
+    } else {
+        dim3 grid(p->n_items_tile, p->n_kv_heads);
+        attn_kernel<<<grid, ATT_THREADS, smem, ctx->stream>>>(
+            p->d_items_tile, q, k_cache, v_cache, block_table, p->d_ctx_len, p->d_tok_pbase, out,
+            NULL, p->n_heads, p->n_kv_heads, p->max_pages, scale, p->rmax);
+    }
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
+}

@@ -1,0 +1,67 @@
+/* Device-side helpers for the tests and the benchmark: random fill without a host round trip,
+ * and a bitwise row comparison that avoids copying gigabytes back. */
+#include <cuda_bf16.h>
+#include "cuda_internal.h"
+
+static __device__ __forceinline__ float hash_uniform(uint64_t seed, size_t i)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ULL + i * 0xBF58476D1CE4E5B9ULL + 0x94D049BB133111EBULL;
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return (float)(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hash_uniform(seed, i) * scale));
+}
+
+__global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = hash_uniform(seed, i) * scale;
+}
+
+__global__ void rows_differ_kernel(const uint32_t *a, const uint32_t *b, size_t rows, size_t words,
+                                   unsigned long long *count)
+{
+    for (size_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int d = 0;
+        for (size_t i = threadIdx.x; i < words; i += blockDim.x) d |= a[r * words + i] != b[r * words + i];
+        if (__syncthreads_or(d) && threadIdx.x == 0) atomicAdd(count, 1ULL);
+    }
+}
+
+extern "C" int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint64_t seed, float scale)
+{
+    fill_bf16_kernel<<<4096, 256, 0, ctx->stream>>>(p, n, seed, scale);
+    return invar_cuda_check(ctx, cudaGetLastError(), "fill bf16");
+}
+
+extern "C" int invar_cuda_fill_random_f32(invar_cuda_ctx *ctx, float *p, size_t n, uint64_t seed, float scale)
+{
+    fill_f32_kernel<<<4096, 256, 0, ctx->stream>>>(p, n, seed, scale);
+    return invar_cuda_check(ctx, cudaGetLastError(), "fill f32");
+}
+
+extern "C" long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, size_t rows,
+                                       size_t row_bytes)
+{
+    if (row_bytes % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rows_differ: row_bytes %% 4");
+    if (!rows) return 0;
+    unsigned long long *d = NULL, h = 0;
+    if (invar_cuda_check(ctx, cudaMalloc(&d, sizeof *d), "rows_differ alloc")) return INVAR_CUDA_ECUDA;
+    cudaMemsetAsync(d, 0, sizeof *d, ctx->stream);
+    unsigned blocks = rows < 65536 ? (unsigned)rows : 65536u;
+    rows_differ_kernel<<<blocks, 256, 0, ctx->stream>>>((const uint32_t *)a, (const uint32_t *)b, rows,
+                                                         row_bytes / 4, d);
+    int rc = invar_cuda_check(ctx, cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, ctx->stream),
+                              "rows_differ copy");
+    if (!rc) rc = invar_cuda_check(ctx, cudaStreamSynchronize(ctx->stream), "rows_differ sync");
+    cudaFree(d);
+    return rc ? rc : (long)h;
+}
