@@ -1,0 +1,153 @@
+"""The invar command line: batch JSONL behaviour, bad input, exit codes, and the
+bitwise invariance of results across --max-batch, --threads and request order."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import DEFAULT_MODEL, INVAR_BIN
+
+pytestmark = pytest.mark.skipif(not INVAR_BIN.exists(), reason=f"{INVAR_BIN} not built")
+
+
+def run(args, stdin: str | None = None, timeout=600):
+    return subprocess.run([str(INVAR_BIN), *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def batch(lines, *opts):
+    p = run(["batch", "--model", str(DEFAULT_MODEL), *opts], stdin="\n".join(lines) + "\n")
+    results = [json.loads(x) for x in p.stdout.splitlines()]
+    return p, results
+
+
+REQUESTS = [
+    {"id": "a", "prompt": "The capital of France is", "max_tokens": 8},
+    {"id": "b", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 6,
+     "temperature": 0.8, "seed": 7, "logprobs": 3},
+    {"id": 3, "prompt": "1, 2, 3, 4,", "max_tokens": 8, "temperature": 0.6, "top_k": 20, "seed": 99},
+    {"id": "d", "prompt": "def fib(n):", "max_tokens": 8, "top_p": 0.9, "min_p": 0.05,
+     "temperature": 1.0, "seed": 5},
+    {"id": "e", "prompt": "Once upon a time", "max_tokens": 5},
+]
+
+
+def test_help_everywhere():
+    for cmd in ([], ["generate"], ["batch"], ["demo"], ["tokenize"], ["logits"]):
+        p = run([*cmd, "--help"])
+        assert p.returncode == 0, cmd
+        assert "usage" in p.stdout.lower()
+    assert run([]).returncode == 2
+    assert run(["nonsense"]).returncode == 2
+    assert run(["batch", "--bogus", "1"]).returncode == 2
+    assert run(["generate", "--threads", "zero", "hi"]).returncode == 2
+
+
+def test_batch_results_are_invariant_to_batching_threads_and_order():
+    lines = [json.dumps(r) for r in REQUESTS]
+    p1, alone = batch(lines, "--max-batch", "1", "--threads", "1")
+    assert p1.returncode == 0, p1.stderr
+    shuffled = lines[:]
+    random.Random(3).shuffle(shuffled)
+    p2, together = batch(shuffled + shuffled, "--max-batch", "10", "--threads", "2",
+                         "--max-batch-tokens", "9")
+    assert p2.returncode == 0, p2.stderr
+    by_id = {json.dumps(r["id"]): r for r in alone}
+    assert len(together) == 2 * len(lines)
+    for r in together:
+        ref = by_id[json.dumps(r["id"])]
+        assert r["token_ids"] == ref["token_ids"]
+        # Logprobs print the exact float32: equal text means equal bits.
+        assert r["logprobs"] == ref["logprobs"]
+        assert r.get("top_logprobs") == ref.get("top_logprobs")
+    # results come back in input order
+    assert [json.dumps(r["id"]) for r in together] == [json.dumps(json.loads(x)["id"]) for x in shuffled * 2]
+
+
+def test_result_fields_and_float32_round_trip():
+    p, res = batch([json.dumps(REQUESTS[1])])
+    r = res[0]
+    raw = json.loads(p.stdout.splitlines()[0], parse_float=str)  # the numbers as printed
+    assert set(r) >= {"id", "token_ids", "logprobs", "text", "finish_reason", "top_logprobs"}
+    assert r["finish_reason"] in ("stop", "length")
+    assert len(r["token_ids"]) == len(r["logprobs"]) == len(r["top_logprobs"])
+    for text, lp, alts in zip(raw["logprobs"], r["logprobs"], r["top_logprobs"]):
+        # At most 9 significant digits (enough for any float32) and exactly a float32:
+        # the float32 nearest the text, printed by numpy's shortest float32 repr, reads
+        # back as the same value the text denotes when read as float32.
+        digits = text.lstrip("-").split("e")[0].replace(".", "").strip("0")
+        assert len(digits) <= 9, text
+        f32 = np.float32(text)
+        assert np.float32(np.format_float_scientific(f32, unique=True)) == f32
+        assert np.float32(float(f32)) == f32 and abs(float(text) - float(f32)) <= abs(float(f32)) * 2**-24
+        assert lp <= 0.0
+        assert len(alts) == 3
+        assert alts[0]["logprob"] >= alts[1]["logprob"] >= alts[2]["logprob"]
+
+
+def test_bad_lines_get_errors_and_others_run():
+    good = json.dumps(REQUESTS[0])
+    long_prompt = "word " * 3000
+    lines = [
+        good,
+        "{not json",
+        json.dumps({"id": "empty", "prompt": ""}),
+        json.dumps({"id": "zero", "prompt": "hi", "max_tokens": 0}),
+        json.dumps({"id": "neg", "prompt": "hi", "max_tokens": -4}),
+        json.dumps({"id": "type", "prompt": "hi", "temperature": "hot"}),
+        json.dumps({"id": "none"}),
+        json.dumps({"id": "both", "prompt": "x", "messages": []}),
+        json.dumps({"id": "long", "prompt": long_prompt}),
+        json.dumps({"id": "msg", "messages": [{"role": "user"}]}),
+        "[1, 2]",
+        good,
+    ]
+    p, res = batch(lines, "--n-ctx", "512")
+    assert p.returncode == 1
+    assert len(res) == len(lines)
+    assert res[0]["token_ids"] == res[-1]["token_ids"] and len(res[0]["token_ids"]) == 8
+    for r in res[1:-1]:
+        assert r["finish_reason"] == "error" and r["error"], r
+    assert "context" in res[8]["error"]
+    assert res[1]["id"] is None and res[1]["line"] == 2
+    # the good requests equal a clean run
+    _, clean = batch([good])
+    assert clean[0]["logprobs"] == res[0]["logprobs"]
+
+
+def test_missing_and_corrupt_model(tmp_path: Path):
+    p = run(["generate", "--model", str(tmp_path / "nope.gguf"), "hi"])
+    assert p.returncode == 3 and "cannot load model" in p.stderr
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    p = run(["generate", "--model", str(junk), "hi"])
+    assert p.returncode == 3 and "cannot load model" in p.stderr
+    trunc = tmp_path / "trunc.gguf"
+    trunc.write_bytes(DEFAULT_MODEL.read_bytes()[: 5_000_000])
+    p = run(["generate", "--model", str(trunc), "hi"])
+    assert p.returncode == 3 and "cannot load model" in p.stderr
+
+
+def test_generate_streams_and_matches_batch():
+    p = run(["generate", "--model", str(DEFAULT_MODEL), "--max-tokens", "8", "The capital of France is"])
+    assert p.returncode == 0, p.stderr
+    _, res = batch([json.dumps(REQUESTS[0])])
+    assert p.stdout.rstrip("\n") == res[0]["text"]
+    assert run(["generate", "--model", str(DEFAULT_MODEL), ""]).returncode == 1
+
+
+def test_logits_chunking_does_not_change_bits(tmp_path: Path):
+    toks = "1,9690,198,2683,359,253,5356,5646,11173,3365,3511,308,34519,28,7018,411,407"
+    outs = []
+    for chunk, threads in (("17", "1"), ("1", "2"), ("5", "2")):
+        f = tmp_path / f"l{chunk}.f32"
+        p = run(["logits", "--model", str(DEFAULT_MODEL), "--tokens", toks, "--out", str(f),
+                 "--chunk", chunk, "--threads", threads])
+        assert p.returncode == 0, p.stderr
+        outs.append(f.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
