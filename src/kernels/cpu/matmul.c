@@ -6,6 +6,7 @@
  * one task by the per-element sequence described in matmul_scalar.c. So neither the
  * thread count nor m nor the row blocking inside a kernel can change a bit. */
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,7 +151,12 @@ int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const vo
     if (!rb) return 0; /* float types are read in place */
     const int64_t ngroups = (n + MM_NC - 1) / MM_NC, nu = k / ue;
     const size_t bytes = (size_t)ngroups * (size_t)nu * rb;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    /* Large matrices (the output head) on transparent huge pages where the kernel
+     * allows it: fewer TLB misses while streaming. Small ones would waste memory. */
+    const size_t huge = (size_t)2 << 20, align = bytes >= 4 * huge ? huge : 64;
+    const size_t alloc = (bytes + align - 1) / align * align;
+    uint8_t *p = aligned_alloc(align, alloc);
+    if (p && align == huge) madvise(p, alloc, MADV_HUGEPAGE);
     if (!p) {
         snprintf(err, errlen, "matmul: out of memory repacking %zu bytes", bytes);
         return 1;

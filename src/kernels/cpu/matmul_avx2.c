@@ -221,13 +221,13 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
     static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                             \
         const cpu_weight *w = a->w;                                                          \
         const int64_t nu = w->k / mm_unit_elems(w->type);                                   \
-        for (int64_t g = g0; g < g1; g++) {                                                  \
-            const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);      \
-            for (int h = 0; h < 2; h++) {                                                    \
-                const int64_t cols = w->n - g * MM_NC - 8 * h;                               \
-                if (cols <= 0) break;                                                        \
-                for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                  \
-                    const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                       \
+        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                          \
+            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                               \
+            for (int64_t g = g0; g < g1; g++) {                                              \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);  \
+                for (int h = 0; h < 2; h++) {                                                \
+                    const int64_t cols = w->n - g * MM_NC - 8 * h;                           \
+                    if (cols <= 0) break;                                                    \
                     switch (R) {                                                             \
                     case 1: RUN_ROWS(K, 1); break;                                           \
                     case 2: RUN_ROWS(K, 2); break;                                           \

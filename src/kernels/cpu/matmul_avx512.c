@@ -242,12 +242,12 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
         const cpu_weight *w = a->w;                                                     \
         const int64_t nu = w->k / mm_unit_elems(w->type);                              \
-        for (int64_t g = g0; g < g1; g++) {                                             \
-            const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
-            const int64_t left = w->n - g * MM_NC;                                      \
-            const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
-            for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                 \
-                const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                      \
+        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                     \
+            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                          \
+            for (int64_t g = g0; g < g1; g++) {                                         \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                const int64_t left = w->n - g * MM_NC;                                  \
+                const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
                 DISPATCH_ROWS(K)                                                        \
             }                                                                           \
         }                                                                               \

@@ -166,9 +166,12 @@ void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx, int64_t n_tasks)
     atomic_store(&p->seq, gen);
     if (atomic_load(&p->sleepers) > 0) futex(&p->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
     work(p, gen);
+    /* The remaining tasks are already running elsewhere. Spin briefly; past that the
+     * worker was probably descheduled (more threads than free cores), so give the
+     * core away rather than burn the time slice it needs. */
     unsigned spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
         CPU_RELAX();
-        if (++spins > (1u << 16)) sched_yield();
+        if (++spins > 4096) sched_yield();
     }
 }
