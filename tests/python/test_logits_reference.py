@@ -7,36 +7,42 @@ of each architecture (llama tied / separate output, qwen2 with QKV bias, qwen3
 with QK-norm and head_dim != n_embd/n_head) and each weight type (F32, F16, BF16,
 Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 
-Metrics, all relative to the standard deviation s of the reference logits (so
-one tolerance serves models whose logits have std 0.6 or 8):
-  max_rel   = max |invar - ref| / s       (worst single logit)
-  rms_rel   = rms(invar - ref) / s        (typical error; a wrong rope mode,
-                                           missing bias or norm gives 0.2 .. 1.2)
-  argmax    = fraction of positions whose top token agrees
-  margin    = every position where the reference's top-1 beats its top-2 by
-              more than `margin` * s must agree on the top token.
+Metrics.  Each row is centred first (softmax ignores a constant shift per
+position), then everything is relative to the std s of the centred reference
+logits, so one tolerance serves models whose logits have std 0.6 or 4:
+  max_rel     = max |invar - ref| / s        worst single logit (catches a bad
+                                             block, row or position)
+  rms_rel     = rms(invar - ref) / s         typical error
+  row_rms_rel = max over positions of that position's rms / s
+  argmax      = fraction of positions whose top token agrees
+  margin      = every position where the reference's top-1 beats its top-2 by
+                more than `margin` * s must agree on the top token.
 
 Why these tolerances.  The reference is exact arithmetic on the dequantised
-weights (float32 vs float64 reference differ by < 1e-5 * s).  An engine is
-not: like llama.cpp, invar rounds activations to int8 per block (32, or 256 for
-K-quants) before quantised matmuls, to f16/bf16 before f16/bf16 matmuls, and
-may keep K/V in f16.  Measured on these exact models and token sequences:
-  * llama.cpp (llama-cpp-python 0.3.36) vs reference, quantised weights:
-    max_rel 0.12 .. 0.19, rms_rel 0.020 .. 0.032, argmax 0.92 .. 1.0; the
-    disagreements all sit at reference margins < 0.11 s (random-weight models
-    have very flat logits: the top-2 margin is often < 0.01 s).
-  * The default SmolLM2 Q4_1 model (s ~ 7.8): max_rel 0.17, rms_rel 0.032,
-    argmax 0.96 (both misses at margins < 0.02 s).
-  * F32: max_rel 0.0035, rms_rel 0.0005 (llama.cpp's f16 KV cache);
-    F16: 0.0074 / 0.0009; BF16 (activations rounded to bf16): 0.042 / 0.006.
+weights (its float32 and float64 runs differ by < 1e-5 s).  An engine is not:
+like llama.cpp, invar rounds activations to int8 per block (32, or 256 for
+K-quants) before quantised matmuls, and an engine may round to f16/bf16 before
+f16/bf16 matmuls and keep K/V in f16.  Measured on exactly these models and
+token sequences (llama.cpp = llama-cpp-python 0.3.36, and invar at the time of
+writing):
+  * synthetic, quantised weights: max_rel 0.09 .. 0.19, rms_rel 0.017 .. 0.033,
+    row_rms_rel <= 0.044, argmax 0.91 .. 1.0, flips only at margins < 0.05 s
+    (random-weight models have flat logits: top-2 margins are often < 0.01 s).
+  * the default SmolLM2 Q4_1 model (30 layers, s ~ 3.7): llama.cpp max_rel 0.31,
+    rms_rel 0.043, row 0.063; invar 0.37 / 0.044 / 0.078; argmax 0.96 for both.
+    The max is a ~8-sigma tail of 2.6 M logits, so its tolerance is the loosest.
+  * F32: llama.cpp 0.0036 / 0.0005 (its f16 KV cache); F16: 0.0051 / 0.0008;
+    BF16: 0.029 / 0.005; invar (f32 activations) ~1e-6 on all three.
   * Emulating that rounding inside the reference (reference_forward's
-    emulate_engine) reproduces the same magnitudes, so they are the rounding
-    itself, not a semantic difference.
-The tolerances are about twice the worst of those, which still leaves a wide
-gap to real bugs (rope base doubled: rms_rel 0.10; QK-norm dropped: 0.22;
-NEOX/normal rope swapped: 0.72; GQA mapping wrong: 1.2).  The argmax floor is
-loose because flips at tiny margins are legitimate; the margin rule is what
-catches a systematically wrong top token.
+    emulate_engine) gives the same magnitudes (real model: 0.37 / 0.043), so
+    they are the rounding itself, not a semantic difference.
+The tolerances are about twice the worst measured.  On the tiny models that is
+far below real bugs (rope base doubled: rms_rel 0.10, RMSNorm eps x10: 0.035
+(caught by the float types), QK-norm dropped: 0.22, NEOX/normal rope swapped:
+0.72, GQA mapping wrong: 1.2).  On the real model subtle bugs drown in the int8
+noise (rope base doubled: 0.054), which is why the float-weight synthetic models
+with tight tolerances exist.  The argmax floor is loose because flips at tiny
+margins are legitimate; the margin rule catches a systematically wrong top token.
 """
 from __future__ import annotations
 
@@ -55,15 +61,17 @@ rf = pytest.importorskip("reference_forward")
 class Tol:
     max_rel: float
     rms_rel: float
+    row_rms_rel: float
     argmax_min: float
     margin: float
 
 
-QUANT_TOL = Tol(max_rel=0.35, rms_rel=0.06, argmax_min=0.85, margin=0.35)
+DEFAULT_MODEL_TOL = Tol(max_rel=0.75, rms_rel=0.09, row_rms_rel=0.16, argmax_min=0.85, margin=0.35)
+QUANT_TOL = Tol(max_rel=0.35, rms_rel=0.06, row_rms_rel=0.09, argmax_min=0.85, margin=0.35)
 TOLERANCES = {
-    "F32": Tol(max_rel=0.02, rms_rel=0.004, argmax_min=0.90, margin=0.02),
-    "F16": Tol(max_rel=0.03, rms_rel=0.005, argmax_min=0.90, margin=0.03),
-    "BF16": Tol(max_rel=0.10, rms_rel=0.015, argmax_min=0.90, margin=0.10),
+    "F32": Tol(max_rel=0.02, rms_rel=0.004, row_rms_rel=0.006, argmax_min=0.90, margin=0.02),
+    "F16": Tol(max_rel=0.03, rms_rel=0.005, row_rms_rel=0.008, argmax_min=0.90, margin=0.03),
+    "BF16": Tol(max_rel=0.10, rms_rel=0.015, row_rms_rel=0.02, argmax_min=0.90, margin=0.10),
 }
 
 DEFAULT_PROMPT = ("What is the capital of France? Answer in one word, then explain "
@@ -73,7 +81,7 @@ N_SYNTHETIC_TOKENS = 32
 
 def tolerance_for(variant: str) -> Tol:
     if variant == "default":
-        return QUANT_TOL
+        return DEFAULT_MODEL_TOL
     return TOLERANCES.get(SYNTHETIC_VARIANTS[variant]["wtype"], QUANT_TOL)
 
 
@@ -85,13 +93,20 @@ def synthetic_tokens() -> list[int]:
 
 
 def compare(ref: np.ndarray, got: np.ndarray) -> dict:
+    """Error statistics of got vs ref; each row is centred first (softmax ignores a
+    constant shift, and rounding noise that happens to lie along the mean output
+    embedding shifts a whole row without changing any probability)."""
+    ref = ref - ref.mean(axis=1, keepdims=True)
+    got = got.astype(np.float64)
+    got = got - got.mean(axis=1, keepdims=True)
     s = float(ref.std())
-    diff = np.abs(got.astype(np.float64) - ref)
+    diff = np.abs(got - ref)
     top2 = np.sort(ref, axis=1)[:, -2:]
     margin = (top2[:, 1] - top2[:, 0]) / s
     agree = ref.argmax(axis=1) == got.argmax(axis=1)
     return dict(std=s, max_rel=float(diff.max() / s),
                 rms_rel=float(np.sqrt(np.mean(diff ** 2)) / s),
+                row_rms_rel=float(np.sqrt(np.mean(diff ** 2, axis=1)).max() / s),
                 argmax=float(agree.mean()),
                 worst_margin_miss=float(margin[~agree].max()) if (~agree).any() else 0.0)
 
@@ -101,6 +116,7 @@ def check(stats: dict, tol: Tol, what: str) -> None:
     assert np.isfinite(stats["max_rel"]), msg
     assert stats["max_rel"] <= tol.max_rel, msg
     assert stats["rms_rel"] <= tol.rms_rel, msg
+    assert stats["row_rms_rel"] <= tol.row_rms_rel, msg
     assert stats["argmax"] >= tol.argmax_min, msg
     assert stats["worst_margin_miss"] <= tol.margin, msg
 
