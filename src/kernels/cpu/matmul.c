@@ -14,7 +14,6 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
 
-#define GROUPS_PER_TASK 4   /* 64 columns of a quantised matrix per task */
 #define FCOLS_PER_TASK 32   /* columns of a float matrix per task */
 #define QUANT_ROWS_PER_TASK 16
 
@@ -228,10 +227,17 @@ static void task_quantize(void *ctx, int64_t t) {
     quantize_rows(T->a, T->isa, i0, i1 < T->a->m ? i1 : T->a->m);
 }
 
+/* 16-column groups per task, from n alone: about 16 tasks (enough to balance a few
+ * threads, few enough that handing them out stays cheap), at most 16 groups. */
+static int64_t groups_per_task(int64_t ngroups) {
+    int64_t g = ngroups / 16;
+    return g < 1 ? 1 : g > 16 ? 16 : g;
+}
+
 static void task_quant(void *ctx, int64_t t) {
     const mm_task *T = ctx;
-    const int64_t ngroups = (T->a->w->n + MM_NC - 1) / MM_NC;
-    int64_t g0 = t * GROUPS_PER_TASK, g1 = g0 + GROUPS_PER_TASK;
+    const int64_t ngroups = (T->a->w->n + MM_NC - 1) / MM_NC, gpt = groups_per_task(ngroups);
+    int64_t g0 = t * gpt, g1 = g0 + gpt;
     if (g1 > ngroups) g1 = ngroups;
     if (T->isa == CPU_ISA_AVX512) mm_quant_avx512(T->a, g0, g1);
     else if (T->isa == CPU_ISA_AVX2) mm_quant_avx2(T->a, g0, g1);
@@ -268,7 +274,8 @@ void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, 
         else
             quantize_rows(&a, isa, 0, m);
         const int64_t ngroups = (w->n + MM_NC - 1) / MM_NC;
-        threadpool_run(tp, task_quant, &T, (ngroups + GROUPS_PER_TASK - 1) / GROUPS_PER_TASK);
+        const int64_t gpt = groups_per_task(ngroups);
+        threadpool_run(tp, task_quant, &T, (ngroups + gpt - 1) / gpt);
     } else {
         threadpool_run(tp, task_float, &T, (w->n + FCOLS_PER_TASK - 1) / FCOLS_PER_TASK);
     }

@@ -1,17 +1,17 @@
 /* Fixed-size thread pool for the kernels (~300 runs per forward pass, so the cost of
  * handing out a run matters more than anything else here).
  *
- * Protocol. One 64-bit atomic `state` holds (generation << 32 | next task index).
- * A run publishes the job (fn, ctx, n_tasks: relaxed atomics) and then a new
- * generation with index 0 (release). Anyone, caller included, takes task i by a CAS
- * state (g,i) -> (g,i+1) with i < n_tasks. A CAS that succeeds proves the job read
- * before it is still current: the caller only rewrites the job after all n_tasks of
- * generation g completed, and task i was not taken before this CAS. So the caller
- * returns as soon as `done` reaches n_tasks, without waiting for a slow worker to
- * notice the run at all; a late worker just fails its CAS.
+ * Protocol. One 64-bit atomic `state` holds (n_tasks << 32 | next task index). A run
+ * stores fn and ctx, then publishes state = (n, 0) with release. Anyone, caller
+ * included, takes a task with fetch_add; the returned snapshot gives both the index
+ * and the task count of the run it belongs to. If index < n, that run cannot finish
+ * (and so fn/ctx cannot be replaced) before this task is done, so fn/ctx read after
+ * the fetch_add are the right ones. A worker that arrives late just lands in whatever
+ * run is current, or past its end (index >= n: nothing to do). So the caller returns
+ * as soon as `done` reaches n, never waiting for a worker that was slow to wake.
  *
- * Waiting. Workers spin on `seq` (a 32-bit copy of the generation) for a while, then
- * sleep on it with futex. The caller only issues the wake syscall when someone sleeps
+ * Waiting. Workers spin on `seq` (bumped once per run) for a while, then sleep on it
+ * with futex. The caller only issues the wake syscall when someone sleeps
  * (`sleepers`, seq_cst Dekker pairing with seq). */
 #include "kernels/cpu/threadpool.h"
 
@@ -46,7 +46,6 @@ struct threadpool {
     _Atomic int64_t done;
     _Atomic(threadpool_fn) fn;
     _Atomic(void *) ctx;
-    _Atomic int64_t n_tasks;
     atomic_bool stop;
 };
 
@@ -60,22 +59,16 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Takes and runs tasks of generation `gen` until none are left. */
-static void work(threadpool *p, uint32_t gen) {
-    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+/* Takes and runs tasks until the current run has none left. */
+static void work(threadpool *p) {
     for (;;) {
-        if ((uint32_t)(s >> 32) != gen) return;
+        const uint64_t s = atomic_fetch_add_explicit(&p->state, 1, memory_order_acq_rel);
+        const uint32_t i = (uint32_t)s, n = (uint32_t)(s >> 32);
+        if (i >= n) return;
         threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
-        int64_t n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
-        int64_t i = (int64_t)(uint32_t)s;
-        if (i >= n) return;
-        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            fn(ctx, i);
-            atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
-            s = atomic_load_explicit(&p->state, memory_order_acquire);
-        }
+        fn(ctx, (int64_t)i);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
 }
 
@@ -101,7 +94,7 @@ static void *worker_main(void *arg) {
         }
         seen = cur;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-        work(p, cur);
+        work(p);
     }
 }
 
@@ -116,7 +109,6 @@ threadpool *threadpool_create(int n_threads) {
     atomic_init(&p->done, 0);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->ctx, NULL);
-    atomic_init(&p->n_tasks, 0);
     atomic_init(&p->stop, false);
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -158,14 +150,11 @@ void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx, int64_t n_tasks)
     }
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    uint64_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
-    uint32_t gen = (uint32_t)(s >> 32) + 1;
-    atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
-    atomic_store(&p->seq, gen);
+    atomic_store_explicit(&p->state, (uint64_t)n_tasks << 32, memory_order_release);
+    atomic_fetch_add(&p->seq, 1);
     if (atomic_load(&p->sleepers) > 0) futex(&p->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
-    work(p, gen);
+    work(p);
     /* The remaining tasks are already running elsewhere. Spin briefly; past that the
      * worker was probably descheduled (more threads than free cores), so give the
      * core away rather than burn the time slice it needs. */
