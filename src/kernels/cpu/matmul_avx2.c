@@ -51,6 +51,14 @@ AI int xsum(const xrows *X, int r, int64_t b) {
 
 AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dx), f)); }
 
+/* Software prefetch of the weight stream (see matmul_avx512.c); each record is
+ * read twice (two 8-column halves), prefetch on the first. */
+#define PF_DIST 4096
+AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
+    if (h) return;
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
+}
+
 /* Q[0..7]: u8 quants 0..15 for the 8 four-element steps of one 32-block. */
 AI __m256i dot8_u4(const __m256i *Q, const int8_t *x) {
     __m256i p = _mm256_maddubs_epi16(Q[0], bcast4(x));
@@ -72,6 +80,7 @@ AI void k_q4_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     const xrows X = rows_at(a, i0);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q4_0;
+        prefetch_rec(rec, MM_REC_Q4_0, h);
         __m256i Q[8];
         unpack_q4(rec, h, Q);
         const __m256 dw = f16x8(rec + 256 + 16 * h);
@@ -88,6 +97,7 @@ AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     const xrows X = rows_at(a, i0);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q4_1;
+        prefetch_rec(rec, MM_REC_Q4_1, h);
         __m256i Q[8];
         unpack_q4(rec, h, Q);
         const __m256 dw = f16x8(rec + 256 + 16 * h), mw = f16x8(rec + 288 + 16 * h);
@@ -104,6 +114,7 @@ AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     const xrows X = rows_at(a, i0);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        prefetch_rec(rec, MM_REC_Q8_0, h);
         __m256i W[8], AW[8];
         UNROLL for (int t = 0; t < 8; t++) {
             W[t] = ldw(rec + 64 * t + 32 * h);
@@ -130,6 +141,7 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     const int64_t nu = X.nb / 8;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        prefetch_rec(rec, MM_REC_Q4_K, h);
         const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
         for (int j = 0; j < 8; j++) {
             const int c = j / 2;
@@ -158,6 +170,7 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     const int64_t nu = X.nb / 8;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        prefetch_rec(rec, MM_REC_Q6_K, h);
         const __m256 d = f16x8(rec + 3328 + 16 * h);
         for (int ab = 0; ab < 8; ab++) {
             const int n = ab / 4, qtr = ab % 4;

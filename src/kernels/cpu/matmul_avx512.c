@@ -69,6 +69,13 @@ AI __m512i dot_q4(const __m512i *lo, const __m512i *hi, const int8_t *x) {
     return _mm512_add_epi32(p0, p1);
 }
 
+/* Software prefetch of the weight stream, this far ahead: one core's hardware
+ * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
+#define PF_DIST 4096
+AI void prefetch_rec(const uint8_t *rec, int bytes) {
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
+}
+
 AI void unpack_q4(const uint8_t *rec, __m512i *lo, __m512i *hi) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int t = 0; t < 4; t++) {
@@ -82,6 +89,7 @@ AI void k_q4_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     const xrows X = rows_at(a, i0);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q4_0;
+        prefetch_rec(rec, MM_REC_Q4_0);
         __m512i lo[4], hi[4];
         unpack_q4(rec, lo, hi);
         const __m512 dw = f16x16(rec + 256);
@@ -98,6 +106,7 @@ AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     const xrows X = rows_at(a, i0);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q4_1;
+        prefetch_rec(rec, MM_REC_Q4_1);
         __m512i lo[4], hi[4];
         unpack_q4(rec, lo, hi);
         const __m512 dw = f16x16(rec + 256), mw = f16x16(rec + 288);
@@ -115,6 +124,7 @@ AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     const __m512i off = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        prefetch_rec(rec, MM_REC_Q8_0);
         __m512i W[8];
         UNROLL for (int t = 0; t < 8; t++) W[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
         const __m512 dw = f16x16(rec + 512);
@@ -142,6 +152,7 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     const int64_t nu = X.nb / 8;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        prefetch_rec(rec, MM_REC_Q4_K);
         const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
         /* Sub-block j = 2c + h: nibble h of words 8c..8c+7. Blocks in K order. */
         for (int j = 0; j < 8; j++) {
@@ -176,6 +187,7 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     const int64_t nu = X.nb / 8;
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        prefetch_rec(rec, MM_REC_Q6_K);
         const __m512 d = f16x16(rec + 3328);
         /* Activation block ab = 4n + qtr: ql words A = 16n+t (low nibble for qtr 0, high
          * for 2), B = 16n+8+t (qtr 1, 3); qh word 8n+t holds bits 2qtr..2qtr+1. */
