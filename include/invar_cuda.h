@@ -71,7 +71,7 @@ int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint16_t *out, 
  * float[D/2] on the device. */
 int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *pos, const float *inv_freq,
                     int M, int H, int D, int row_stride);
-/* out[m] = table[ids[m]], rows of D bf16. D % 8 == 0. */
+/* out[m] = table[ids[m]], rows of D bf16 (zeros for an id outside [0, V)). D % 32 == 0. */
 int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, const int32_t *ids,
                      uint16_t *out, int M, int D, int V);
 /* logp[M,V] (fp32) = log_softmax(logits[M,V]) with logits fp32. V % 4 == 0. */
@@ -121,6 +121,9 @@ int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint
 int invar_cuda_fill_random_f32(invar_cuda_ctx *ctx, float *p, size_t n, uint64_t seed, float scale);
 /* Counts rows (of row_bytes each, row_bytes % 4 == 0) where a and b differ in any bit;
  * synchronises and returns the count, or a negative error. */
+/* Reads `bytes` of buf (a multiple of 16) on the context's stream, leaving the L2 full of
+ * clean lines from it: a cache flush for timing that leaves no dirty lines to write back. */
+int invar_cuda_read_flush(invar_cuda_ctx *ctx, const void *buf, size_t bytes, int *sink);
 long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, size_t rows,
                             size_t row_bytes);
 

@@ -8,6 +8,7 @@
 
 static invar_cuda_ctx *ctx;
 static void *flush_buf;
+static int *flush_sink;
 #define FLUSH_BYTES ((size_t)512 << 20)
 
 static int cmp_f(const void *a, const void *b)
@@ -16,7 +17,9 @@ static int cmp_f(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of reps runs of fn(arg), each after an L2 flush. */
+/* Median milliseconds of reps runs of fn(arg), each after an L2 flush: a kernel that reads
+ * 512 MiB, so the L2 holds only clean lines of another buffer (a memset flush would leave
+ * dirty lines whose write-back lands inside the timed region). */
 double bench_time_ms(bench_fn fn, void *arg, int reps)
 {
     cudaEvent_t e0, e1;
@@ -27,7 +30,7 @@ double bench_time_ms(bench_fn fn, void *arg, int reps)
     CK(cudaDeviceSynchronize());
     float *t = malloc(sizeof(float) * reps);
     for (int i = 0; i < reps; i++) {
-        CK(cudaMemsetAsync(flush_buf, i & 0xff, FLUSH_BYTES, 0));
+        CKI(invar_cuda_read_flush(ctx, flush_buf, FLUSH_BYTES, flush_sink));
         CK(cudaEventRecord(e0, 0));
         fn(arg);
         CK(cudaEventRecord(e1, 0));
@@ -167,6 +170,8 @@ int main(int argc, char **argv)
         return SKIP_CODE;
     }
     flush_buf = dmalloc(FLUSH_BYTES);
+    flush_sink = dmalloc(sizeof(int));
+    CK(cudaMemset(flush_buf, 1, FLUSH_BYTES));
     FILE *js = fopen(argv[1], "w");
     if (!js) return 2;
     struct cudaDeviceProp prop;

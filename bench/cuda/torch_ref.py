@@ -1,20 +1,37 @@
 """PyTorch timings on the same device and shapes as bench_cuda's row-kernel and attention
 sections (torch eager ops, scaled_dot_product_attention), for side-by-side comparison.
-Median of triton.testing.do_bench (L2 flushed between runs). Usage: torch_ref.py OUT.json"""
+Same method as bench_cuda: median of CUDA-event timings, each after an L2 flush that reads
+512 MiB (clean lines only). Usage: torch_ref.py OUT.json"""
 import json
 import sys
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 dev = "cuda"
 bf = torch.bfloat16
 out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": [], "attention": []}
 
 
-def t_us(fn):
-    return do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3
+flush = torch.ones(512 << 20, dtype=torch.uint8, device=dev)
+
+
+def t_us(fn, reps=20):
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        flush.max()  # reads the whole buffer
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return ts[len(ts) // 2] * 1e3
 
 
 Ms = [1, 8, 32, 128, 512, 1024, 2048, 4096, 8192]

@@ -19,7 +19,6 @@
 #define PAGE INVAR_CUDA_PAGE
 #define ATT_THREADS 256
 #define ATT_MAX_ROWS 64        /* query rows (tokens x heads of one KV head) per CTA */
-#define VB 8                   /* value rows loaded together (divides PAGE) */
 static_assert(SPLIT == ATT_THREADS, "one split slot per thread in the score pass");
 static_assert(SPLIT % PAGE == 0, "splits start on page boundaries");
 
@@ -86,6 +85,7 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
     float *m_s = lc_s + rmax;                   /* [R] running max */
     float *l_s = m_s + rmax;                    /* [R] running sum */
     float *o_s = l_s + rmax;                    /* [R][HD] running output (unnormalised) */
+    uint16_t *v_s = (uint16_t *)(o_s + rmax * HD); /* [SPLIT][HD] the split's values */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t *bt = block_table + (size_t)it.seq * max_pages;
     const int clen = ctx_len[it.seq];
@@ -106,6 +106,15 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
     for (int c = c0; c < c1; c++) {
         const int base = c * SPLIT;
         int nvalid = min(SPLIT, min(clen, last_pos + 1) - base);
+        /* Start copying the split's values to shared memory; they are needed after the
+         * scores, so the copy overlaps the key loads and the dot products. */
+        for (int i = tid; i < nvalid * (HD / 8); i += ATT_THREADS) {
+            int j = i / (HD / 8), c16 = i % (HD / 8);
+            const uint16_t *src = kv_row(vc, bt, base + j, kh, n_kv) + 8 * c16;
+            uint32_t dst = (uint32_t)__cvta_generic_to_shared(v_s + j * HD + 8 * c16);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
         /* Scores: thread tid owns slot tid; a sequential dot over d, done in two halves of
          * the key row (fewer live registers) with the running sum parked in p_s. */
         {
@@ -167,6 +176,7 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
                 lc_s[r] = sum;
             }
         }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         /* o_c = sum_j p_j v_j, j in slot order; slots past nvalid have p == 0 for every row. */
         {
@@ -175,29 +185,19 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
             for (int k = 0; k < 8; k++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) oc[k][e] = 0.0f;
-            /* Half a page at a time: 8 value rows are loaded before the first is used. */
-            for (int jp = 0; jp < nvalid; jp += VB) {
-                const uint16_t *vp = kv_row(vc, bt, base + jp, kh, n_kv) + 4 * lane;
-                int n = min(VB, nvalid - jp);
-                uint2 vv[VB];
+            for (int j = 0; j < nvalid; j++) {
+                uint2 vv = *(const uint2 *)(v_s + j * HD + 4 * lane);
+                const uint16_t *pv = (const uint16_t *)&vv;
+                float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
 #pragma unroll
-                for (int jj = 0; jj < VB; jj++)
-                    if (jj < n) vv[jj] = __ldg((const uint2 *)(vp + jj * HD));
-#pragma unroll
-                for (int jj = 0; jj < VB; jj++) {
-                    if (jj >= n) break;
-                    const uint16_t *pv = (const uint16_t *)&vv[jj];
-                    float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        int r = warp + 8 * k;
-                        if (r < R) {
-                            float p = p_s[r * SPLIT + jp + jj];
-                            oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
-                            oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
-                            oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
-                            oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
-                        }
+                for (int k = 0; k < 8; k++) {
+                    int r = warp + 8 * k;
+                    if (r < R) {
+                        float p = p_s[r * SPLIT + j];
+                        oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
+                        oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
+                        oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
+                        oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
                     }
                 }
             }
@@ -448,7 +448,7 @@ extern "C" int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_p
                                     uint16_t *out, float scale)
 {
     int split = invar_cuda_attn_plan_split(p);
-    size_t smem = sizeof(float) * ((size_t)p->rmax * (2 * HD + SPLIT + 4));
+    size_t smem = sizeof(float) * ((size_t)p->rmax * (2 * HD + SPLIT + 4)) + (size_t)SPLIT * HD * 2;
     if (invar_cuda_check(ctx, cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                          "attn smem attribute"))
         return INVAR_CUDA_ECUDA;

@@ -96,6 +96,10 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
         tma_prefetch_desc(&tm_b);
     }
     __syncthreads();
+    /* Programmatic dependent launch: let the fold kernel (or the next layer) get scheduled,
+     * and wait here for the previous kernel's results before touching global memory. */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const int bm = p.consumers * GEMM_MMA_M;
     if (wg == 0) {
@@ -204,6 +208,7 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
 /* total = 0; total += P_c for c = 0, 1, ... (same rounding steps as the in-register fold). */
 __global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void *out, int out_f32)
 {
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the GEMM's partials are complete */
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= mn) return;
     float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -245,21 +250,22 @@ extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N,
     o->k_chunk = GEMM_KC;
     o->n_chunks = n_chunks;
     o->split = 0;
-    if (M > GEMM_SMALL_BM && tiles_large >= sms) {
-        o->bm = GEMM_LARGE_BM;
-        o->stages = GEMM_LARGE_STAGES;
-        o->units = (int)tiles_large;
-    } else {
-        o->bm = GEMM_SMALL_BM;
-        o->stages = GEMM_SMALL_STAGES;
-        o->units = (int)tiles_small;
-        /* Too few tiles to fill the chip: run the chunks of each tile on separate CTAs.
-         * Only for small M, where the fp32 partials are cheap next to the weights. */
-        if (n_chunks > 1 && M <= 256 && wave_eff(tiles_small, sms) < 0.9 &&
-            wave_eff(tiles_small * n_chunks, sms) > wave_eff(tiles_small, sms)) {
-            o->split = 1;
-            o->units = (int)(tiles_small * n_chunks);
-        }
+    /* 64-row tiles for M <= 64 (weight streaming); 128-row tiles above, except when they
+     * would leave a poorly filled last wave that 64-row tiles fill better. */
+    int large = M > GEMM_SMALL_BM;
+    if (large && M > 256 && wave_eff(tiles_large, sms) < 0.8 &&
+        wave_eff(tiles_small, sms) > wave_eff(tiles_large, sms) + 0.1)
+        large = 0;
+    long tiles = large ? tiles_large : tiles_small;
+    o->bm = large ? GEMM_LARGE_BM : GEMM_SMALL_BM;
+    o->stages = large ? GEMM_LARGE_STAGES : GEMM_SMALL_STAGES;
+    o->units = (int)tiles;
+    /* Too few tiles to fill the chip: run the chunks of each tile on separate CTAs. Only for
+     * M <= 256, where the fp32 partials are cheap next to the weights. */
+    if (n_chunks > 1 && M <= 256 && wave_eff(tiles, sms) < 0.9 &&
+        wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms)) {
+        o->split = 1;
+        o->units = (int)(tiles * n_chunks);
     }
     o->grid = o->units < sms ? o->units : sms;
     return 0;
@@ -326,11 +332,27 @@ extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uin
                          "gemm smem attribute"))
         return INVAR_CUDA_ECUDA;
     int threads = (p.consumers + 1) * 128;
-    gemm_invariant_kernel<<<pl.grid, threads, smem, ctx->stream>>>(ma, mb, p);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(pl.grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_invariant_kernel, ma, mb, p), "gemm launch"))
+        return INVAR_CUDA_ECUDA;
     if (pl.split) {
         size_t mn = (size_t)M * N;
-        unsigned blocks = (unsigned)((mn / 4 + 255) / 256);
-        gemm_fold_kernel<<<blocks, 256, 0, ctx->stream>>>(p.ws, pl.n_chunks, mn, c, p.out_f32);
+        cfg.gridDim = dim3((unsigned)((mn / 4 + 255) / 256));
+        cfg.blockDim = dim3(256);
+        cfg.dynamicSmemBytes = 0;
+        if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_fold_kernel, (const float *)p.ws,
+                                                     pl.n_chunks, mn, c, p.out_f32),
+                             "gemm fold launch"))
+            return INVAR_CUDA_ECUDA;
     }
-    return invar_cuda_check(ctx, cudaGetLastError(), "gemm launch");
+    return 0;
 }

@@ -48,10 +48,16 @@ static __device__ __forceinline__ struct ms ms_merge(struct ms a, struct ms b)
     r.s = __fadd_rn(__fmul_rn(a.s, expf(a.m - r.m)), __fmul_rn(b.s, expf(b.m - r.m)));
     return r;
 }
+/* Same value as ms_merge(a, {x, 1}) for finite x, with one exp instead of two. */
 static __device__ __forceinline__ struct ms ms_add(struct ms a, float x)
 {
-    struct ms b = {x, 1.0f};
-    return ms_merge(a, b);
+    if (x <= a.m) {
+        a.s = __fadd_rn(a.s, expf(__fsub_rn(x, a.m)));
+    } else {
+        a.s = __fadd_rn(__fmul_rn(a.s, expf(__fsub_rn(a.m, x))), 1.0f);
+        a.m = x;
+    }
+    return a;
 }
 
 static __device__ struct ms block_ms(struct ms v, float *sh)
@@ -173,34 +179,45 @@ extern "C" int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint
     return invar_cuda_check(ctx, cudaGetLastError(), "silu_mul launch");
 }
 
-/* ---- RoPE (rotate-half), 8 pairs per thread ---- */
+/* ---- RoPE (rotate-half): a thread takes 8 pairs of one token and turns them in every head,
+ * so each angle's sine and cosine are computed once per token. ---- */
 __global__ void rope_kernel(uint16_t *__restrict__ x, const int32_t *__restrict__ pos,
                             const float *__restrict__ inv_freq, int H, int D, int row_stride,
                             size_t nwork)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
-    int per_head = D / 16; /* groups of 8 pairs */
-    int g = (int)(i % per_head);
-    size_t mh = i / per_head;
-    int h = (int)(mh % H);
-    size_t m = mh / H;
-    uint16_t *base = x + m * row_stride + (size_t)h * D;
+    int per_tok = D / 16; /* groups of 8 pairs */
+    int g = (int)(i % per_tok);
+    size_t m = i / per_tok;
     int half = D / 2;
-    uint4 lo = *((uint4 *)(base) + g), hi = *((uint4 *)(base + half) + g);
-    uint16_t *pl = (uint16_t *)&lo, *ph = (uint16_t *)&hi;
     float p = (float)pos[m];
+    float sn[8], cs[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        float ang = __fmul_rn(p, inv_freq[8 * g + e]);
-        float s, c;
-        sincosf(ang, &s, &c);
-        float a = bf(pl[e]), b = bf(ph[e]);
-        pl[e] = to_bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-        ph[e] = to_bf(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+    for (int e = 0; e < 8; e++) sincosf(__fmul_rn(p, inv_freq[8 * g + e]), &sn[e], &cs[e]);
+    uint16_t *row = x + m * row_stride;
+    for (int h0 = 0; h0 < H; h0 += 4) {
+        uint4 lo[4], hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (h0 + k < H) {
+                lo[k] = *((const uint4 *)(row + (size_t)(h0 + k) * D) + g);
+                hi[k] = *((const uint4 *)(row + (size_t)(h0 + k) * D + half) + g);
+            }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (h0 + k >= H) break;
+            uint16_t *pl = (uint16_t *)&lo[k], *ph = (uint16_t *)&hi[k];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float a = bf(pl[e]), b = bf(ph[e]);
+                pl[e] = to_bf(__fsub_rn(__fmul_rn(a, cs[e]), __fmul_rn(b, sn[e])));
+                ph[e] = to_bf(__fadd_rn(__fmul_rn(a, sn[e]), __fmul_rn(b, cs[e])));
+            }
+            *((uint4 *)(row + (size_t)(h0 + k) * D) + g) = lo[k];
+            *((uint4 *)(row + (size_t)(h0 + k) * D + half) + g) = hi[k];
+        }
     }
-    *((uint4 *)(base) + g) = lo;
-    *((uint4 *)(base + half) + g) = hi;
 }
 
 extern "C" int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *pos,
@@ -208,68 +225,93 @@ extern "C" int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *
 {
     if (M < 0 || H <= 0 || D <= 0 || D % 16 || row_stride % 8 || row_stride < H * D)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rope: bad shape H=%d D=%d", H, D);
-    size_t nwork = (size_t)M * H * (D / 16);
+    size_t nwork = (size_t)M * (D / 16);
     if (!nwork) return 0;
-    rope_kernel<<<(unsigned)((nwork + 255) / 256), 256, 0, ctx->stream>>>(x, pos, inv_freq, H, D,
+    rope_kernel<<<(unsigned)((nwork + 127) / 128), 128, 0, ctx->stream>>>(x, pos, inv_freq, H, D,
                                                                          row_stride, nwork);
     return invar_cuda_check(ctx, cudaGetLastError(), "rope launch");
 }
 
-/* ---- embedding gather ---- */
+/* ---- embedding gather: 4 x 16 bytes per thread, loads before stores ---- */
 __global__ void embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ ids,
-                             uint16_t *__restrict__ out, int D, int V, size_t nvec)
+                             uint16_t *__restrict__ out, int D, int V, size_t nwork)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nvec) return;
-    size_t dv = (size_t)D / 8;
-    size_t m = i / dv, v = i % dv;
+    if (i >= nwork) return;
+    int per_row = D / 32; /* 4 vectors of 8 per thread */
+    size_t m = i / per_row;
+    int v0 = (int)(i % per_row);
     int id = ids[m];
-    uint4 z = make_uint4(0, 0, 0, 0);
-    uint4 val = (id >= 0 && id < V) ? __ldg((const uint4 *)(table + (size_t)id * D) + v) : z;
-    __stcs((uint4 *)(out + m * D) + v, val);
+    bool ok = id >= 0 && id < V;
+    const uint4 *src = (const uint4 *)(table + (size_t)(ok ? id : 0) * D);
+    uint4 val[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) val[k] = ok ? __ldg(src + v0 + k * per_row) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < 4; k++) __stcs((uint4 *)(out + m * D) + v0 + k * per_row, val[k]);
 }
 
 extern "C" int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, const int32_t *ids,
                                 uint16_t *out, int M, int D, int V)
 {
-    if (M < 0 || D <= 0 || D % 8) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "embed: bad D=%d", D);
-    size_t nvec = (size_t)M * D / 8;
-    if (!nvec) return 0;
-    embed_kernel<<<(unsigned)((nvec + 255) / 256), 256, 0, ctx->stream>>>(table, ids, out, D, V, nvec);
+    if (M < 0 || D <= 0 || D % 32) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "embed: bad D=%d", D);
+    size_t nwork = (size_t)M * D / 32;
+    if (!nwork) return 0;
+    embed_kernel<<<(unsigned)((nwork + 255) / 256), 256, 0, ctx->stream>>>(table, ids, out, D, V, nwork);
     return invar_cuda_check(ctx, cudaGetLastError(), "embed launch");
 }
 
-/* ---- log-softmax over the vocabulary ---- */
+/* ---- log-softmax over the vocabulary ----
+ * A persistent grid of at most VOCAB_CTAS CTAs walks the rows, so the rows in flight (read
+ * twice: statistics, then output) stay within the L2 between the two reads. */
+#define VOCAB_CTAS 80
+#define VOCAB_UNROLL 4
+
 static __device__ struct ms row_ms(const float *x, int V, float *sh)
 {
     struct ms t = {-INFINITY, 0.0f};
     int nv = V / 4;
-    for (int v = threadIdx.x; v < nv; v += VOCAB_THREADS) {
-        float4 a = __ldg((const float4 *)x + v);
-        t = ms_add(t, a.x);
-        t = ms_add(t, a.y);
-        t = ms_add(t, a.z);
-        t = ms_add(t, a.w);
+    for (int v0 = threadIdx.x; v0 < nv; v0 += VOCAB_THREADS * VOCAB_UNROLL) {
+        float4 a[VOCAB_UNROLL];
+#pragma unroll
+        for (int k = 0; k < VOCAB_UNROLL; k++)
+            if (v0 + k * VOCAB_THREADS < nv) a[k] = __ldg((const float4 *)x + v0 + k * VOCAB_THREADS);
+#pragma unroll
+        for (int k = 0; k < VOCAB_UNROLL; k++)
+            if (v0 + k * VOCAB_THREADS < nv) {
+                t = ms_add(t, a[k].x);
+                t = ms_add(t, a[k].y);
+                t = ms_add(t, a[k].z);
+                t = ms_add(t, a[k].w);
+            }
     }
     return block_ms(t, sh);
 }
 
 __global__ void __launch_bounds__(VOCAB_THREADS)
-log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int V)
+log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V)
 {
     __shared__ float sh[66];
-    size_t row = blockIdx.x;
-    const float *x = logits + row * V;
-    struct ms t = row_ms(x, V, sh);
-    float lse = __fadd_rn(t.m, logf(t.s));
-    int nv = V / 4;
-    for (int v = threadIdx.x; v < nv; v += VOCAB_THREADS) {
-        float4 a = __ldg((const float4 *)x + v);
-        a.x = __fsub_rn(a.x, lse);
-        a.y = __fsub_rn(a.y, lse);
-        a.z = __fsub_rn(a.z, lse);
-        a.w = __fsub_rn(a.w, lse);
-        __stcs((float4 *)(logp + row * V) + v, a);
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const float *x = logits + (size_t)row * V;
+        struct ms t = row_ms(x, V, sh);
+        float lse = __fadd_rn(t.m, logf(t.s));
+        int nv = V / 4;
+        for (int v0 = threadIdx.x; v0 < nv; v0 += VOCAB_THREADS * VOCAB_UNROLL) {
+            float4 a[VOCAB_UNROLL];
+#pragma unroll
+            for (int k = 0; k < VOCAB_UNROLL; k++)
+                if (v0 + k * VOCAB_THREADS < nv) a[k] = __ldcs((const float4 *)x + v0 + k * VOCAB_THREADS);
+#pragma unroll
+            for (int k = 0; k < VOCAB_UNROLL; k++)
+                if (v0 + k * VOCAB_THREADS < nv) {
+                    a[k].x = __fsub_rn(a[k].x, lse);
+                    a[k].y = __fsub_rn(a[k].y, lse);
+                    a[k].z = __fsub_rn(a[k].z, lse);
+                    a[k].w = __fsub_rn(a[k].w, lse);
+                    __stcs((float4 *)(logp + (size_t)row * V) + v0 + k * VOCAB_THREADS, a[k]);
+                }
+        }
     }
 }
 
@@ -277,107 +319,151 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
 {
     if (M < 0 || V <= 0 || V % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "log_softmax: bad V=%d", V);
     if (M == 0) return 0;
-    log_softmax_kernel<<<M, VOCAB_THREADS, 0, ctx->stream>>>(logits, logp, V);
+    int grid = M < VOCAB_CTAS ? M : VOCAB_CTAS;
+    log_softmax_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, logp, M, V);
     return invar_cuda_check(ctx, cudaGetLastError(), "log_softmax launch");
 }
 
 /* ---- sampling ----
- * Inverse-CDF sampling over a fixed order of the vocabulary: thread-major (thread t owns
- * float4 slots t, t + 1024, ...), which is a fixed permutation, so the draw is exactly
- * softmax(logits / T) and depends only on the row and u. */
+ * One pass keeps, per thread, the running max m, sum exp(x - m), sum exp((x - m)/T) and the
+ * first index of the max; a fixed tree merges threads. Tokens are drawn by inverse CDF over a
+ * fixed order of the vocabulary, thread-major (thread t owns float4 slots t, t + 1024, ...):
+ * a fixed permutation, so the draw follows softmax(logits / T) exactly and depends only on
+ * the row, T and u. */
+struct st { float m, s, sT; int arg; };
+
+static __device__ __forceinline__ struct st st_add(struct st a, float x, int idx, float invT)
+{
+    if (x <= a.m) {
+        a.s = __fadd_rn(a.s, expf(__fsub_rn(x, a.m)));
+        a.sT = __fadd_rn(a.sT, expf(__fmul_rn(__fsub_rn(x, a.m), invT)));
+    } else {
+        a.s = __fadd_rn(__fmul_rn(a.s, expf(__fsub_rn(a.m, x))), 1.0f);
+        a.sT = __fadd_rn(__fmul_rn(a.sT, expf(__fmul_rn(__fsub_rn(a.m, x), invT))), 1.0f);
+        a.m = x;
+        a.arg = idx;
+    }
+    return a;
+}
+
+static __device__ __forceinline__ struct st st_merge(struct st a, struct st b, float invT)
+{
+    struct st r;
+    r.m = fmaxf(a.m, b.m);
+    if (r.m == -INFINITY) return a;
+    r.arg = a.m == b.m ? min(a.arg, b.arg) : (a.m > b.m ? a.arg : b.arg);
+    r.s = __fadd_rn(__fmul_rn(a.s, expf(__fsub_rn(a.m, r.m))), __fmul_rn(b.s, expf(__fsub_rn(b.m, r.m))));
+    r.sT = __fadd_rn(__fmul_rn(a.sT, expf(__fmul_rn(__fsub_rn(a.m, r.m), invT))),
+                     __fmul_rn(b.sT, expf(__fmul_rn(__fsub_rn(b.m, r.m), invT))));
+    return r;
+}
+
+static __device__ __forceinline__ struct st st_shfl(struct st a, int o)
+{
+    struct st b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+    b.sT = __shfl_xor_sync(0xffffffffu, a.sT, o);
+    b.arg = __shfl_xor_sync(0xffffffffu, a.arg, o);
+    return b;
+}
+
 __global__ void __launch_bounds__(VOCAB_THREADS)
 sample_kernel(const float *__restrict__ logits, const float *__restrict__ temperature,
               const float *__restrict__ u, int32_t *__restrict__ token, float *__restrict__ logprob,
-              int V)
+              int M, int V)
 {
-    __shared__ float sh[66];
-    __shared__ float prefix[VOCAB_THREADS];
+    __shared__ struct st wsh[32];
+    __shared__ float wsum[32];
+    __shared__ struct st all;
     __shared__ int pick;
-    size_t row = blockIdx.x;
-    const float *x = logits + row * V;
-    int nv = V / 4;
-    struct ms t = row_ms(x, V, sh);
-    float lse = __fadd_rn(t.m, logf(t.s));
-    float T = temperature[row];
-    int tok;
-    if (!(T > 0.0f)) {
-        /* Greedy: the lowest index holding the maximum. */
-        int best = 0x7fffffff;
-        for (int v = threadIdx.x; v < nv; v += VOCAB_THREADS) {
-            float4 a = __ldg((const float4 *)x + v);
-            float e[4] = {a.x, a.y, a.z, a.w};
-            for (int k = 0; k < 4; k++)
-                if (e[k] == t.m && 4 * v + k < best) best = 4 * v + k;
-        }
-        for (int o = 16; o; o >>= 1) best = min(best, __shfl_xor_sync(0xffffffffu, best, o));
-        if (threadIdx.x == 0) pick = 0x7fffffff;
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) atomicMin(&pick, best);
-        __syncthreads();
-        tok = pick;
-    } else {
-        float invT = 1.0f / T;
-        float s = 0.0f;
-        for (int v = threadIdx.x; v < nv; v += VOCAB_THREADS) {
-            float4 a = __ldg((const float4 *)x + v);
-            s = __fadd_rn(s, expf(__fmul_rn(__fsub_rn(a.x, t.m), invT)));
-            s = __fadd_rn(s, expf(__fmul_rn(__fsub_rn(a.y, t.m), invT)));
-            s = __fadd_rn(s, expf(__fmul_rn(__fsub_rn(a.z, t.m), invT)));
-            s = __fadd_rn(s, expf(__fmul_rn(__fsub_rn(a.w, t.m), invT)));
-        }
-        prefix[threadIdx.x] = s;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            /* Sequential exclusive scan over thread sums: fixed order, once per row. */
-            float run = 0.0f;
-            for (int i = 0; i < VOCAB_THREADS; i++) {
-                float v = prefix[i];
-                prefix[i] = run;
-                run = __fadd_rn(run, v);
-            }
-            sh[0] = run;
-            pick = -1;
-        }
-        __syncthreads();
-        float total = sh[0];
-        float thr = __fmul_rn(u[row], total);
-        float lo = prefix[threadIdx.x];
-        float hi = threadIdx.x + 1 < VOCAB_THREADS ? prefix[threadIdx.x + 1] : total;
-        if (thr >= lo && thr < hi) {
-            float run = lo;
-            int found = -1, last_pos = -1;
-            for (int v = threadIdx.x; v < nv && found < 0; v += VOCAB_THREADS) {
-                float4 a = __ldg((const float4 *)x + v);
-                float e[4] = {a.x, a.y, a.z, a.w};
-                for (int k = 0; k < 4 && found < 0; k++) {
-                    float p = expf(__fmul_rn(__fsub_rn(e[k], t.m), invT));
-                    run = __fadd_rn(run, p);
-                    if (p > 0.0f) last_pos = 4 * v + k;
-                    if (thr < run) found = 4 * v + k;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nv = V / 4;
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const float *x = logits + (size_t)row * V;
+        float T = temperature[row];
+        float invT = T > 0.0f ? 1.0f / T : 1.0f;
+        struct st t = {-INFINITY, 0.0f, 0.0f, 0x7fffffff};
+        for (int v0 = threadIdx.x; v0 < nv; v0 += VOCAB_THREADS * VOCAB_UNROLL) {
+            float4 a[VOCAB_UNROLL];
+#pragma unroll
+            for (int k = 0; k < VOCAB_UNROLL; k++)
+                if (v0 + k * VOCAB_THREADS < nv) a[k] = __ldg((const float4 *)x + v0 + k * VOCAB_THREADS);
+#pragma unroll
+            for (int k = 0; k < VOCAB_UNROLL; k++) {
+                int v = v0 + k * VOCAB_THREADS;
+                if (v < nv) {
+                    t = st_add(t, a[k].x, 4 * v, invT);
+                    t = st_add(t, a[k].y, 4 * v + 1, invT);
+                    t = st_add(t, a[k].z, 4 * v + 2, invT);
+                    t = st_add(t, a[k].w, 4 * v + 3, invT);
                 }
             }
-            if (found < 0) found = last_pos; /* rounding left thr at the segment's end */
-            atomicMax(&pick, found);
+        }
+        struct st mine = t; /* this thread's segment of the CDF order */
+        for (int o = 16; o; o >>= 1) t = st_merge(t, st_shfl(t, o), invT);
+        if (lane == 0) wsh[warp] = t;
+        __syncthreads();
+        if (warp == 0) {
+            struct st z = wsh[lane];
+            for (int o = 16; o; o >>= 1) z = st_merge(z, st_shfl(z, o), invT);
+            if (lane == 0) {
+                all = z;
+                pick = -1;
+            }
         }
         __syncthreads();
-        tok = pick;
-        if (tok < 0) { /* thr beyond the total by rounding: take the top token */
+        struct st g = all;
+        int tok = g.arg;
+        if (T > 0.0f) {
+            /* Segment mass relative to the row max, then an exclusive scan in thread order
+             * (a fixed shuffle pattern, so it is deterministic). */
+            float mass = mine.m == -INFINITY ? 0.0f : __fmul_rn(mine.sT, expf(__fmul_rn(__fsub_rn(mine.m, g.m), invT)));
+            float inc = mass;
+            for (int o = 1; o < 32; o <<= 1) {
+                float y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc = __fadd_rn(y, inc);
+            }
+            if (lane == 31) wsum[warp] = inc;
             __syncthreads();
-            if (threadIdx.x == 0) pick = 0x7fffffff;
-            __syncthreads();
-            for (int v = threadIdx.x; v < nv; v += VOCAB_THREADS) {
-                float4 a = __ldg((const float4 *)x + v);
-                float e[4] = {a.x, a.y, a.z, a.w};
-                for (int k = 0; k < 4; k++)
-                    if (e[k] == t.m) atomicMin(&pick, 4 * v + k);
+            if (warp == 0) {
+                float w = wsum[lane], winc = w;
+                for (int o = 1; o < 32; o <<= 1) {
+                    float y = __shfl_up_sync(0xffffffffu, winc, o);
+                    if (lane >= o) winc = __fadd_rn(y, winc);
+                }
+                wsum[lane] = __fsub_rn(winc, w) ; /* exclusive offsets of warps */
+                if (lane == 31) all.sT = winc;    /* total mass */
             }
             __syncthreads();
-            tok = pick;
+            float lo = __fadd_rn(wsum[warp], __fsub_rn(inc, mass));
+            float hi = __fadd_rn(lo, mass);
+            float total = all.sT;
+            float thr = __fmul_rn(u[row], total);
+            if (mass > 0.0f && thr >= lo && (thr < hi || threadIdx.x == VOCAB_THREADS - 1)) {
+                float run = lo;
+                int found = -1, last_pos = -1;
+                for (int v = threadIdx.x; v < nv && found < 0; v += VOCAB_THREADS) {
+                    float4 a = __ldg((const float4 *)x + v);
+                    float e[4] = {a.x, a.y, a.z, a.w};
+                    for (int k = 0; k < 4 && found < 0; k++) {
+                        float p = expf(__fmul_rn(__fsub_rn(e[k], g.m), invT));
+                        run = __fadd_rn(run, p);
+                        if (p > 0.0f) last_pos = 4 * v + k;
+                        if (thr < run) found = 4 * v + k;
+                    }
+                }
+                if (found < 0) found = last_pos; /* rounding left thr at the segment's end */
+                atomicMax(&pick, found);
+            }
+            __syncthreads();
+            if (pick >= 0) tok = pick; /* else thr fell past every segment: keep the argmax */
         }
-    }
-    if (threadIdx.x == 0) {
-        token[row] = tok;
-        logprob[row] = __fsub_rn(x[tok], lse);
+        if (threadIdx.x == 0) {
+            token[row] = tok;
+            logprob[row] = __fsub_rn(x[tok], __fadd_rn(g.m, logf(g.s)));
+        }
+        __syncthreads();
     }
 }
 
@@ -386,6 +472,7 @@ extern "C" int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const
 {
     if (M < 0 || V <= 0 || V % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "sample: bad V=%d", V);
     if (M == 0) return 0;
-    sample_kernel<<<M, VOCAB_THREADS, 0, ctx->stream>>>(logits, temperature, u, token, logprob, V);
+    int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
+    sample_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, temperature, u, token, logprob, M, V);
     return invar_cuda_check(ctx, cudaGetLastError(), "sample launch");
 }
