@@ -98,12 +98,38 @@ static void test_create_destroy_loop(void **state) {
     threadpool_destroy(NULL);
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+static void csr_task(void *ctx, int64_t t) { ((unsigned *)ctx)[t] = _mm_getcsr(); }
+
+/* Workers take the caller's MXCSR (FTZ/DAZ, rounding), even when it changed after
+ * the pool was created: results must not depend on the thread that ran a task. */
+static void test_fp_control_word_follows_caller(void **state) {
+    (void)state;
+    threadpool *p = threadpool_create(2);
+    const unsigned orig = _mm_getcsr();
+    unsigned seen[64];
+    _mm_setcsr(orig | 0x8040); /* FTZ + DAZ */
+    for (int r = 0; r < 50; r++) {
+        threadpool_run(p, csr_task, seen, 64);
+        for (int t = 0; t < 64; t++) assert_int_equal(seen[t] & ~0x3Fu, (orig | 0x8040) & ~0x3Fu);
+    }
+    _mm_setcsr(orig);
+    threadpool_run(p, csr_task, seen, 64);
+    for (int t = 0; t < 64; t++) assert_int_equal(seen[t] & ~0x3Fu, orig & ~0x3Fu);
+    threadpool_destroy(p);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_task_once),
         cmocka_unit_test(test_results_visible),
         cmocka_unit_test(test_after_idle),
         cmocka_unit_test(test_create_destroy_loop),
+#if defined(__x86_64__)
+        cmocka_unit_test(test_fp_control_word_follows_caller),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

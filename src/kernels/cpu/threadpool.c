@@ -29,8 +29,15 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
+/* Tasks run with the caller's SSE control word (rounding mode, FTZ/DAZ): a result
+ * must not depend on which thread ran it, even if the caller changed it after the
+ * workers were created. */
+#define GET_FPCW() (_mm_getcsr() & ~0x3Fu) /* control bits, not the sticky flags */
+#define SET_FPCW(v) _mm_setcsr(v)
 #else
 #define CPU_RELAX() ((void)0)
+#define GET_FPCW() 0u
+#define SET_FPCW(v) ((void)(v))
 #endif
 
 /* How long an idle worker spins before sleeping: long enough to cover the gaps
@@ -46,6 +53,7 @@ struct threadpool {
     _Atomic int64_t done;
     _Atomic(threadpool_fn) fn;
     _Atomic(void *) ctx;
+    _Atomic unsigned fpcw;
     atomic_bool stop;
 };
 
@@ -67,6 +75,8 @@ static void work(threadpool *p) {
         if (i >= n) return;
         threadpool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+        const unsigned cw = atomic_load_explicit(&p->fpcw, memory_order_relaxed);
+        if (GET_FPCW() != cw) SET_FPCW(cw);
         fn(ctx, (int64_t)i);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
@@ -109,6 +119,7 @@ threadpool *threadpool_create(int n_threads) {
     atomic_init(&p->done, 0);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->ctx, NULL);
+    atomic_init(&p->fpcw, 0);
     atomic_init(&p->stop, false);
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
@@ -150,6 +161,7 @@ void threadpool_run(threadpool *p, threadpool_fn fn, void *ctx, int64_t n_tasks)
     }
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->fpcw, GET_FPCW(), memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->state, (uint64_t)n_tasks << 32, memory_order_release);
     atomic_fetch_add(&p->seq, 1);
