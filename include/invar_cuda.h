@@ -48,6 +48,11 @@ int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, v
 int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                            invar_cuda_dtype c_type, int M, int N, int K);
 
+/* Benchmark experiment only: the same kernel with another absolute K chunk (a multiple of
+ * 64). Results are invariant for a fixed k_chunk but differ between k_chunk values. */
+int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                                  invar_cuda_dtype c_type, int M, int N, int K, int k_chunk);
+
 /* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
 typedef struct {
     int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */

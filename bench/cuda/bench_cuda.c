@@ -56,11 +56,12 @@ static void run_copy(void *p)
     CK(cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0));
 }
 
-struct gemm_arg { const uint16_t *a, *w; void *c; int M, N, K; int cublas; };
+struct gemm_arg { const uint16_t *a, *w; void *c; int M, N, K; int cublas; int kc; };
 static void run_gemm(void *p)
 {
     struct gemm_arg *g = p;
     int r = g->cublas ? invar_cuda_gemm_cublas(ctx, g->a, g->w, g->c, INVAR_CUDA_BF16, g->M, g->N, g->K)
+            : g->kc   ? invar_cuda_gemm_experiment_kc(ctx, g->a, g->w, g->c, INVAR_CUDA_BF16, g->M, g->N, g->K, g->kc)
                       : invar_cuda_gemm(ctx, g->a, g->w, g->c, INVAR_CUDA_BF16, g->M, g->N, g->K);
     if (r) {
         fprintf(stderr, "gemm failed: %s\n", invar_cuda_last_error(ctx));
@@ -85,7 +86,7 @@ static void ceilings(FILE *js)
     uint16_t *h = malloc((size_t)n * n * 2);
     fill_bf16(h, (size_t)n * n, 7, 1.0f);
     struct gemm_arg g = {upload(h, (size_t)n * n * 2), upload(h, (size_t)n * n * 2),
-                         dmalloc((size_t)n * n * 2), n, n, n, 1};
+                         dmalloc((size_t)n * n * 2), n, n, n, 1, 0};
     free(h);
     double gms = bench_time_ms(run_gemm, &g, 10);
     double cub_tf = 2.0 * n * (double)n * n / (gms * 1e-3) / 1e12;
@@ -120,7 +121,7 @@ static void bench_gemm(FILE *js)
     for (int s = 0; s < 5; s++)
         for (int m = 0; m < 7; m++) {
             int N = NK[s][0], K = NK[s][1], M = Ms[m];
-            struct gemm_arg g = {dA, dW, dC, M, N, K, 1};
+            struct gemm_arg g = {dA, dW, dC, M, N, K, 1, 0};
             int reps = (double)M * N * K > 1e12 ? 10 : 30;
             double tc = bench_time_ms(run_gemm, &g, reps);
             g.cublas = 0;
@@ -147,6 +148,21 @@ static void bench_gemm(FILE *js)
     printf("GEMM invar/cuBLAS speed ratio: geometric mean %.3f, points below 0.9: %d of %d\n", gm,
            below09, npts);
     fprintf(js, "],\n\"gemm_geomean_ratio\": %.4f, \"gemm_points_below_0.9\": %d,\n", gm, below09);
+    /* Experiment: cost of the fixed K chunk (a register fold and a pipeline drain per chunk). */
+    printf("== K-chunk experiment (invar kernel, other chunk sizes; not the shipped config) ==\n");
+    fprintf(js, "\"gemm_kc_experiment\": [\n");
+    static const int kcs[4] = {512, 1024, 2048, 4096};
+    static const int kshape[3][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {1, 4096, 4096}};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < 4; i++) {
+            struct gemm_arg g = {dA, dW, dC, kshape[s][0], kshape[s][1], kshape[s][2], 0, kcs[i]};
+            double t = bench_time_ms(run_gemm, &g, 10);
+            double fl = 2.0 * g.M * (double)g.N * g.K;
+            printf("M=%5d N=%6d K=%5d KC=%5d: %8.1f us %6.0f TFLOP/s\n", g.M, g.N, g.K, kcs[i], t * 1e3, fl / t / 1e9);
+            fprintf(js, "  {\"M\": %d, \"N\": %d, \"K\": %d, \"kc\": %d, \"us\": %.2f}%s\n", g.M, g.N, g.K,
+                    kcs[i], t * 1e3, (s == 2 && i == 3) ? "" : ",");
+        }
+    fprintf(js, "],\n");
     CK(cudaFree(dA));
     CK(cudaFree(dW));
     CK(cudaFree(dC));

@@ -12,7 +12,8 @@
 struct gemm_params {
     int M, N, K;
     int tiles_m, tiles_n;
-    int n_chunks;       /* ceil(K / GEMM_KC) */
+    int n_chunks;       /* ceil(K / kc) */
+    int kc_tiles;       /* K-tiles per chunk: GEMM_KC / GEMM_BK (other values only in experiments) */
     int k_tiles;        /* ceil(K / GEMM_BK) */
     int split;          /* 1: unit = (tile, chunk); 0: unit = tile */
     int units;
@@ -112,8 +113,8 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
             unit_tile(&p, u, &tm, &tn, &chunk);
             int kt0 = 0, kt1 = p.k_tiles;
             if (chunk >= 0) {
-                kt0 = chunk * (GEMM_KC / GEMM_BK);
-                kt1 = min(kt0 + GEMM_KC / GEMM_BK, p.k_tiles);
+                kt0 = chunk * p.kc_tiles;
+                kt1 = min(kt0 + p.kc_tiles, p.k_tiles);
             }
             for (int kt = kt0; kt < kt1; kt++, it++) {
                 uint32_t s = it % (uint32_t)p.stages;
@@ -150,8 +151,8 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
 #pragma unroll
         for (int i = 0; i < 64; i++) total[i] = 0.0f;
         for (int ch = c0; ch < c1; ch++) {
-            int kt0 = ch * (GEMM_KC / GEMM_BK);
-            int kt1 = min(kt0 + GEMM_KC / GEMM_BK, p.k_tiles);
+            int kt0 = ch * p.kc_tiles;
+            int kt1 = min(kt0 + p.kc_tiles, p.k_tiles);
             uint32_t prev_s = 0;
             for (int kt = kt0; kt < kt1; kt++, it++) {
                 uint32_t s = it % (uint32_t)p.stages;
@@ -236,18 +237,17 @@ static double wave_eff(long units, int sms)
     return (double)units / (double)(waves * sms);
 }
 
-extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
-                                        invar_cuda_gemm_plan *o)
+static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, invar_cuda_gemm_plan *o)
 {
-    if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 8) return INVAR_CUDA_EARG;
+    if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 8 || kc <= 0 || kc % GEMM_BK) return INVAR_CUDA_EARG;
     int sms = ctx->sm_count;
     int tn = (N + GEMM_BN - 1) / GEMM_BN;
-    int n_chunks = (K + GEMM_KC - 1) / GEMM_KC;
+    int n_chunks = (K + kc - 1) / kc;
     long tiles_large = (long)((M + GEMM_LARGE_BM - 1) / GEMM_LARGE_BM) * tn;
     long tiles_small = (long)((M + GEMM_SMALL_BM - 1) / GEMM_SMALL_BM) * tn;
     o->bn = GEMM_BN;
     o->bk = GEMM_BK;
-    o->k_chunk = GEMM_KC;
+    o->k_chunk = kc;
     o->n_chunks = n_chunks;
     o->split = 0;
     /* 64-row tiles for M <= 64 (weight streaming); 128-row tiles above, except when they
@@ -271,6 +271,12 @@ extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N,
     return 0;
 }
 
+extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
+                                        invar_cuda_gemm_plan *o)
+{
+    return describe_kc(ctx, M, N, K, GEMM_KC, o);
+}
+
 static int make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int rows, int K,
                     int box_rows)
 {
@@ -287,11 +293,11 @@ static int make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int ro
     return 0;
 }
 
-extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
-                               invar_cuda_dtype c_type, int M, int N, int K)
+static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                   invar_cuda_dtype c_type, int M, int N, int K, int kc)
 {
     invar_cuda_gemm_plan pl;
-    if (invar_cuda_gemm_describe(ctx, M, N, K, &pl))
+    if (describe_kc(ctx, M, N, K, kc, &pl))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
     if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c) & 15)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: pointers must be 16-byte aligned");
@@ -302,6 +308,7 @@ extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uin
     p.tiles_m = (M + pl.bm - 1) / pl.bm;
     p.tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
     p.n_chunks = pl.n_chunks;
+    p.kc_tiles = kc / GEMM_BK;
     p.k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
     p.split = pl.split;
     p.units = pl.units;
@@ -355,4 +362,17 @@ extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uin
             return INVAR_CUDA_ECUDA;
     }
     return 0;
+}
+
+extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                               invar_cuda_dtype c_type, int M, int N, int K)
+{
+    return gemm_kc(ctx, a, w, c, c_type, M, N, K, GEMM_KC);
+}
+
+extern "C" int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w,
+                                             void *c, invar_cuda_dtype c_type, int M, int N, int K,
+                                             int k_chunk)
+{
+    return gemm_kc(ctx, a, w, c, c_type, M, N, K, k_chunk);
 }
