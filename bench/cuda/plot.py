@@ -38,6 +38,8 @@ if "rows" in b:
         pts = [r for r in b["rows"] if r["kernel"] == kname]
         col = f"C{i}"
         ax[1].plot([r["M"] for r in pts], [r["GBps"] for r in pts], "o-", color=col, label=f"invar {kname}")
+        if "b2b_GBps" in pts[0]:
+            ax[1].plot([r["M"] for r in pts], [r["b2b_GBps"] for r in pts], "--", color=col, lw=1)
         if t:
             tt = [r for r in t["rows"] if r["kernel"] == kname]
             ax[1].plot([r["M"] for r in tt], [r["GBps"] for r in tt], "x:", color=col)
@@ -46,7 +48,7 @@ if "rows" in b:
     ax[1].set_xscale("log", base=2)
     ax[1].set_xlabel("M (rows)")
     ax[1].set_ylabel("GB/s (fewest bytes / time)")
-    ax[1].set_title("row kernels (solid invar, dotted torch)")
+    ax[1].set_title("row kernels: invar cold (solid), invar back-to-back (dashed), torch cold (dotted)")
     ax[1].legend(fontsize=7)
 
 if "attention" in b:

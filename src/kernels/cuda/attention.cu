@@ -58,13 +58,13 @@ static __device__ __forceinline__ float fold_val(float x, float xc, float a, flo
     return __fadd_rn(__fmul_rn(x, a), __fmul_rn(xc, b));
 }
 
-/* Key/value row of `pos` for KV head kh. */
-static __device__ __forceinline__ const uint16_t *kv_row(const uint16_t *cache, const int32_t *bt,
-                                                         int pos, int kh, int n_kv)
+/* Key/value row at offset `off` of page `page`, KV head kh. */
+static __device__ __forceinline__ const uint16_t *page_row(const uint16_t *cache, int page, int off,
+                                                           int kh, int n_kv)
 {
-    int page = bt[pos / PAGE];
-    return cache + (((size_t)page * n_kv + kh) * PAGE + pos % PAGE) * HD;
+    return cache + (((size_t)page * n_kv + kh) * PAGE + off) * HD;
 }
+
 
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restrict__ q,
@@ -86,6 +86,7 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
     float *l_s = m_s + rmax;                    /* [R] running sum */
     float *o_s = l_s + rmax;                    /* [R][HD] running output (unnormalised) */
     uint16_t *v_s = (uint16_t *)(o_s + rmax * HD); /* [SPLIT][HD] the split's values */
+    __shared__ int pg_s[SPLIT / PAGE];             /* the split's pages */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t *bt = block_table + (size_t)it.seq * max_pages;
     const int clen = ctx_len[it.seq];
@@ -106,13 +107,15 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
     for (int c = c0; c < c1; c++) {
         const int base = c * SPLIT;
         int nvalid = min(SPLIT, min(clen, last_pos + 1) - base);
+        if (tid < SPLIT / PAGE && tid * PAGE < nvalid) pg_s[tid] = bt[base / PAGE + tid];
+        __syncthreads();
         /* Start copying the split's values to shared memory; they are needed after the
          * scores, so the copy overlaps the key loads and the dot products. */
         for (int i = tid; i < nvalid * (HD / 8); i += ATT_THREADS) {
             int j = i / (HD / 8), c16 = i % (HD / 8);
-            const uint16_t *src = kv_row(vc, bt, base + j, kh, n_kv) + 8 * c16;
+            const uint16_t *src = page_row(vc, pg_s[j / PAGE], j % PAGE, kh, n_kv) + 8 * c16;
             uint32_t dst = (uint32_t)__cvta_generic_to_shared(v_s + j * HD + 8 * c16);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
         /* Scores: thread tid owns slot tid; a sequential dot over d, done in two halves of
@@ -120,11 +123,11 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
         {
             int pos = base + tid;
             bool have = tid < nvalid;
-            const uint4 *src = have ? (const uint4 *)kv_row(kc, bt, pos, kh, n_kv) : NULL;
-#pragma unroll
+#pragma unroll 1
             for (int half = 0; half < 2; half++) {
                 uint4 kr[HD / 16];
                 if (have) {
+                    const uint4 *src = (const uint4 *)page_row(kc, pg_s[tid / PAGE], tid % PAGE, kh, n_kv);
 #pragma unroll
                     for (int i = 0; i < HD / 16; i++) kr[i] = __ldg(src + half * (HD / 16) + i);
                 }

@@ -76,6 +76,7 @@ extern "C" void invar_cuda_free(invar_cuda_ctx *ctx)
     cudaDeviceSynchronize();
     invar_cuda_cublas_destroy(ctx);
     cudaFree(ctx->gemm_ws);
+    cudaFree(ctx->gemm_counters);
     cudaFree(ctx->attn_ws);
     free(ctx);
 }

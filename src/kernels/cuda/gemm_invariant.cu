@@ -23,6 +23,7 @@ struct gemm_params {
     int out_f32;
     void *out;
     float *ws;          /* [n_chunks][M][N] partials (split only) */
+    unsigned *counters; /* [tiles_m * tiles_n] chunks finished per tile; zero between calls */
 };
 
 #define B_TILE_BYTES (GEMM_BN * GEMM_BK * 2)
@@ -84,6 +85,7 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     const uint32_t stage_bytes = a_bytes + B_TILE_BYTES;
     uint64_t *bars = (uint64_t *)(sbase + (size_t)p.stages * stage_bytes);
     uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + p.stages);
+    volatile int *last_flag = (volatile int *)(bars + 2 * p.stages);
 
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
@@ -97,8 +99,8 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
         tma_prefetch_desc(&tm_b);
     }
     __syncthreads();
-    /* Programmatic dependent launch: let the fold kernel (or the next layer) get scheduled,
-     * and wait here for the previous kernel's results before touching global memory. */
+    /* Programmatic dependent launch: let the next kernel get scheduled early, and wait here
+     * for the previous kernel's results before touching global memory. */
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
@@ -188,8 +190,9 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
             store_frag(&p, total, row0, col0, lane_row, lane_col);
             continue;
         }
-        /* Split: publish this chunk's partial sums; gemm_fold_kernel adds the chunks of
-         * every element in chunk order (the same fold as the in-register path above). */
+        /* Split: publish this chunk's partial sums; the last CTA of the tile to finish adds
+         * the chunks of every element in chunk order (the same fold as the in-register path
+         * above), whichever CTA that is. */
         float *part = p.ws + (size_t)chunk * p.M * p.N;
 #pragma unroll
         for (int j = 0; j < GEMM_BN / 8; j++) {
@@ -202,30 +205,39 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
             }
         }
+        const int nthr = p.consumers * 128;
+        named_barrier(1, nthr);
+        if (threadIdx.x == 128) {
+            unsigned *ctr = p.counters + (size_t)tm * p.tiles_n + tn;
+            __threadfence(); /* release: every consumer thread's partial, ordered by the barrier */
+            unsigned prev = atomicAdd(ctr, 1u);
+            int last = prev == (unsigned)(p.n_chunks - 1);
+            if (last) *ctr = 0; /* ready for the next call */
+            *last_flag = last;
+        }
+        named_barrier(1, nthr);
+        if (!*last_flag) continue;
+        __threadfence(); /* acquire: the other CTAs' partials */
+        const int tr0 = tm * bm;
+        for (int idx = threadIdx.x - 128; idx < bm * (GEMM_BN / 4); idx += nthr) {
+            int row = tr0 + idx / (GEMM_BN / 4), col = col0 + 4 * (idx % (GEMM_BN / 4));
+            if (row >= p.M || col >= p.N) continue;
+            const float *q = p.ws + (size_t)row * p.N + col;
+            const size_t cs = (size_t)p.M * p.N;
+            float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+            for (int ch = 0; ch < p.n_chunks; ch++) {
+                float4 v = __ldcg((const float4 *)(q + ch * cs));
+                t.x = __fadd_rn(t.x, v.x);
+                t.y = __fadd_rn(t.y, v.y);
+                t.z = __fadd_rn(t.z, v.z);
+                t.w = __fadd_rn(t.w, v.w);
+            }
+            size_t off = (size_t)row * p.N + col;
+            store_pair(&p, off, t.x, t.y);
+            store_pair(&p, off + 2, t.z, t.w);
+        }
     }
-    }
-}
-
-/* total = 0; total += P_c for c = 0, 1, ... (same rounding steps as the in-register fold). */
-__global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void *out, int out_f32)
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the GEMM's partials are complete */
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (i >= mn) return;
-    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int c = 0; c < n_chunks; c++) {
-        float4 v = __ldcs((const float4 *)(ws + (size_t)c * mn + i));
-        t.x = __fadd_rn(t.x, v.x);
-        t.y = __fadd_rn(t.y, v.y);
-        t.z = __fadd_rn(t.z, v.z);
-        t.w = __fadd_rn(t.w, v.w);
-    }
-    if (out_f32) {
-        *(float4 *)((float *)out + i) = t;
-    } else {
-        __nv_bfloat162 *o = (__nv_bfloat162 *)((__nv_bfloat16 *)out + i);
-        o[0] = __floats2bfloat162_rn(t.x, t.y);
-        o[1] = __floats2bfloat162_rn(t.z, t.w);
     }
 }
 
@@ -260,10 +272,11 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
     o->bm = large ? GEMM_LARGE_BM : GEMM_SMALL_BM;
     o->stages = large ? GEMM_LARGE_STAGES : GEMM_SMALL_STAGES;
     o->units = (int)tiles;
-    /* Too few tiles to fill the chip: run the chunks of each tile on separate CTAs. Only for
-     * M <= 256, where the fp32 partials are cheap next to the weights. */
-    if (n_chunks > 1 && M <= 256 && wave_eff(tiles, sms) < 0.9 &&
-        wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms)) {
+    /* Too few tiles to fill the chip: run the chunks of each tile on separate CTAs. The fp32
+     * partials cost 8 M bytes per weight byte and chunk, so: for M <= 64 whenever the last wave
+     * is poorly filled, for M <= 256 only when one partial wave is all there is. */
+    int want = M <= 64 ? wave_eff(tiles, sms) < 0.9 : (M <= 256 && tiles < sms);
+    if (n_chunks > 1 && want && wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms)) {
         o->split = 1;
         o->units = (int)(tiles * n_chunks);
     }
@@ -318,11 +331,18 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.out_f32 = c_type == INVAR_CUDA_F32;
     p.out = c;
     p.ws = NULL;
+    p.counters = NULL;
     if (pl.split) {
         size_t need = (size_t)pl.n_chunks * M * N * sizeof(float);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, need, 0);
         if (rc) return rc;
+        size_t have = ctx->gemm_counters_n * sizeof(unsigned);
+        size_t tiles = (size_t)p.tiles_m * p.tiles_n;
+        rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_counters, &have, tiles * sizeof(unsigned), 1);
+        if (rc) return rc;
+        ctx->gemm_counters_n = have / sizeof(unsigned);
         p.ws = ctx->gemm_ws;
+        p.counters = ctx->gemm_counters;
     }
     CUtensorMap ma, mb;
     if (make_map(ctx, &ma, a, M, K, pl.bm) || make_map(ctx, &mb, w, N, K, GEMM_BN))
@@ -351,16 +371,6 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     cfg.numAttrs = 1;
     if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_invariant_kernel, ma, mb, p), "gemm launch"))
         return INVAR_CUDA_ECUDA;
-    if (pl.split) {
-        size_t mn = (size_t)M * N;
-        cfg.gridDim = dim3((unsigned)((mn / 4 + 255) / 256));
-        cfg.blockDim = dim3(256);
-        cfg.dynamicSmemBytes = 0;
-        if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_fold_kernel, (const float *)p.ws,
-                                                     pl.n_chunks, mn, c, p.out_f32),
-                             "gemm fold launch"))
-            return INVAR_CUDA_ECUDA;
-    }
     return 0;
 }
 

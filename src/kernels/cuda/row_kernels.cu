@@ -179,8 +179,9 @@ extern "C" int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint
     return invar_cuda_check(ctx, cudaGetLastError(), "silu_mul launch");
 }
 
-/* ---- RoPE (rotate-half): a thread takes 8 pairs of one token and turns them in every head,
- * so each angle's sine and cosine are computed once per token. ---- */
+/* ---- RoPE (rotate-half): a thread takes 8 pairs of one token and turns them in up to
+ * ROPE_HEADS heads, so each angle's sine and cosine serve several heads. ---- */
+#define ROPE_HEADS 8
 __global__ void rope_kernel(uint16_t *__restrict__ x, const int32_t *__restrict__ pos,
                             const float *__restrict__ inv_freq, int H, int D, int row_stride,
                             size_t nwork)
@@ -188,25 +189,28 @@ __global__ void rope_kernel(uint16_t *__restrict__ x, const int32_t *__restrict_
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
     int per_tok = D / 16; /* groups of 8 pairs */
+    int hgroups = (H + ROPE_HEADS - 1) / ROPE_HEADS;
     int g = (int)(i % per_tok);
-    size_t m = i / per_tok;
+    int hg = (int)((i / per_tok) % hgroups);
+    size_t m = i / per_tok / hgroups;
     int half = D / 2;
     float p = (float)pos[m];
     float sn[8], cs[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) sincosf(__fmul_rn(p, inv_freq[8 * g + e]), &sn[e], &cs[e]);
     uint16_t *row = x + m * row_stride;
-    for (int h0 = 0; h0 < H; h0 += 4) {
+    int hend = min(H, (hg + 1) * ROPE_HEADS);
+    for (int h0 = hg * ROPE_HEADS; h0 < hend; h0 += 4) {
         uint4 lo[4], hi[4];
 #pragma unroll
         for (int k = 0; k < 4; k++)
-            if (h0 + k < H) {
+            if (h0 + k < hend) {
                 lo[k] = *((const uint4 *)(row + (size_t)(h0 + k) * D) + g);
                 hi[k] = *((const uint4 *)(row + (size_t)(h0 + k) * D + half) + g);
             }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (h0 + k >= H) break;
+            if (h0 + k >= hend) break;
             uint16_t *pl = (uint16_t *)&lo[k], *ph = (uint16_t *)&hi[k];
 #pragma unroll
             for (int e = 0; e < 8; e++) {
@@ -225,7 +229,7 @@ extern "C" int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *
 {
     if (M < 0 || H <= 0 || D <= 0 || D % 16 || row_stride % 8 || row_stride < H * D)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rope: bad shape H=%d D=%d", H, D);
-    size_t nwork = (size_t)M * (D / 16);
+    size_t nwork = (size_t)M * ((H + ROPE_HEADS - 1) / ROPE_HEADS) * (D / 16);
     if (!nwork) return 0;
     rope_kernel<<<(unsigned)((nwork + 127) / 128), 128, 0, ctx->stream>>>(x, pos, inv_freq, H, D,
                                                                          row_stride, nwork);
@@ -262,9 +266,8 @@ extern "C" int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, cons
 }
 
 /* ---- log-softmax over the vocabulary ----
- * A persistent grid of at most VOCAB_CTAS CTAs walks the rows, so the rows in flight (read
- * twice: statistics, then output) stay within the L2 between the two reads. */
-#define VOCAB_CTAS 80
+ * A persistent grid (two CTAs per SM) walks the rows; each row is read twice (statistics,
+ * then output): 513 KB rows do not fit on chip. */
 #define VOCAB_UNROLL 4
 
 static __device__ struct ms row_ms(const float *x, int V, float *sh)
@@ -319,7 +322,7 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
 {
     if (M < 0 || V <= 0 || V % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "log_softmax: bad V=%d", V);
     if (M == 0) return 0;
-    int grid = M < VOCAB_CTAS ? M : VOCAB_CTAS;
+    int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
     log_softmax_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, logp, M, V);
     return invar_cuda_check(ctx, cudaGetLastError(), "log_softmax launch");
 }
