@@ -10,6 +10,9 @@
  * run is current, or past its end (index >= n: nothing to do). So the caller returns
  * as soon as `done` reaches n, never waiting for a worker that was slow to wake.
  *
+ * One run at a time per pool: threadpool_run must not be called concurrently on the
+ * same pool, nor from inside one of its tasks.
+ *
  * Waiting. Workers spin on `seq` (bumped once per run) for a while, then sleep on it
  * with futex. The caller only issues the wake syscall when someone sleeps
  * (`sleepers`, seq_cst Dekker pairing with seq). */
