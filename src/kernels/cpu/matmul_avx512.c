@@ -343,10 +343,10 @@ AI void fdot_rows(uint32_t type, const float *x, int64_t ldx, const void *wrow, 
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++)
             A[r][q] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + kk + 16 * q), W[q], A[r][q]);
     }
-    for (int q = 0; q < 4; q++) {
+    UNROLL for (int q = 0; q < 4; q++) {
         const int64_t left = k - kk - 16 * q;
-        if (left <= 0) break;
-        const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+        const __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        if (!m) continue;
         const __m512 W = wload(type, wrow, kk + 16 * q, m);
         UNROLL for (int r = 0; r < R; r++)
             A[r][q] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + kk + 16 * q), W,
