@@ -27,6 +27,7 @@ CLI:  python tools/reference_forward.py MODEL.gguf --tokens 1,2,3 [--out F]
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Config:
 class Model:
     cfg: Config
     tensors: dict = field(default_factory=dict)  # name -> float array, numpy shape [ne1, ne0]
+    types: dict = field(default_factory=dict)  # name -> GGMLQuantizationType in the file
     dtype: type = np.float64
 
 
@@ -88,6 +90,7 @@ def load_model(path: str, dtype=np.float64) -> Model:
     n_head = int(_field(r, f"{arch}.attention.head_count"))
     head_dim = int(_field(r, f"{arch}.attention.key_length", n_embd // n_head))
     tensors = {t.name: dequantize_tensor(t).astype(dtype) for t in r.tensors}
+    types = {t.name: t.tensor_type for t in r.tensors}
     n_vocab = tensors["token_embd.weight"].shape[0]
     cfg = Config(
         arch=arch, n_embd=n_embd,
@@ -101,7 +104,7 @@ def load_model(path: str, dtype=np.float64) -> Model:
         n_vocab=n_vocab,
         neox=arch in ("qwen2", "qwen3"),
     )
-    m = Model(cfg=cfg, tensors=tensors, dtype=dtype)
+    m = Model(cfg=cfg, tensors=tensors, types=types, dtype=dtype)
     _cache.clear()  # hold at most one model: the real one is ~1 GB in float64
     _cache[key] = m
     return m
@@ -148,12 +151,57 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, cfg: Config) -> np.nd
     return out.reshape(T, -1)
 
 
+_QT = gguf.GGMLQuantizationType
+# Activation block size engines use for the int8 dot product with each weight type.
+_ACT_Q8_BLOCK = {_QT.Q4_0: 32, _QT.Q4_1: 32, _QT.Q5_0: 32, _QT.Q5_1: 32, _QT.Q8_0: 32,
+                 _QT.Q4_K: 256, _QT.Q5_K: 256, _QT.Q6_K: 256}
+
+
+def quantize_act_int8(x: np.ndarray, block: int) -> np.ndarray:
+    """Round rows of x to int8 * per-block scale (amax/127), return the dequantised values."""
+    shp = x.shape
+    xb = x.reshape(*shp[:-1], shp[-1] // block, block)
+    amax = np.abs(xb).max(axis=-1, keepdims=True)
+    d = (amax / 127.0).astype(np.float16).astype(x.dtype) if block == 32 else amax / 127.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d > 0, np.rint(xb / np.where(d > 0, d, 1)), 0)
+    return (np.clip(q, -127, 127) * d).reshape(shp)
+
+
+def emulate_act_rounding(x: np.ndarray, wtype) -> np.ndarray:
+    """What an engine like llama.cpp does to activations before a matmul with wtype."""
+    if wtype in _ACT_Q8_BLOCK:
+        return quantize_act_int8(x, _ACT_Q8_BLOCK[wtype])
+    if wtype == _QT.F16:
+        return x.astype(np.float16).astype(x.dtype)
+    if wtype == _QT.BF16:
+        b = x.astype(np.float32).view(np.uint32)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000  # round to nearest even
+        return b.view(np.float32).astype(x.dtype)
+    return x
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def forward(m: Model, token_ids) -> np.ndarray:
+def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
+    """Logits [T, n_vocab].
+
+    emulate_engine=True rounds activations as llama.cpp-style engines do (int8
+    per block before quantised matmuls, f16/bf16 before f16/bf16 matmuls, K/V
+    stored as f16).  It is not the oracle: it only measures how far such
+    legitimate rounding moves the logits, to calibrate test tolerances.
+    """
     cfg, W = m.cfg, m.tensors
+
+    def mm(h: np.ndarray, name: str) -> np.ndarray:
+        if emulate_engine:
+            h = emulate_act_rounding(h, m.types[name])
+        return h @ W[name].T
+
+    def kv_store(t: np.ndarray) -> np.ndarray:
+        return t.astype(np.float16).astype(t.dtype) if emulate_engine else t
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or ids.size == 0:
         raise ValueError("token_ids must be a non-empty 1-D sequence")
@@ -166,9 +214,9 @@ def forward(m: Model, token_ids) -> np.ndarray:
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         h = rms_norm(x, W[p + "attn_norm.weight"], cfg.rms_eps)
-        q = h @ W[p + "attn_q.weight"].T
-        k = h @ W[p + "attn_k.weight"].T
-        v = h @ W[p + "attn_v.weight"].T
+        q = mm(h, p + "attn_q.weight")
+        k = mm(h, p + "attn_k.weight")
+        v = mm(h, p + "attn_v.weight")
         if p + "attn_q.bias" in W:
             q = q + W[p + "attn_q.bias"]
             k = k + W[p + "attn_k.bias"]
@@ -180,20 +228,20 @@ def forward(m: Model, token_ids) -> np.ndarray:
             q = rms_norm(q, W[p + "attn_q_norm.weight"], cfg.rms_eps)
             k = rms_norm(k, W[p + "attn_k_norm.weight"], cfg.rms_eps)
         q = rope(q, pos, cfg)
-        k = rope(k, pos, cfg)
-        x = x + attention(q, k, v, cfg) @ W[p + "attn_output.weight"].T
+        k = kv_store(rope(k, pos, cfg))
+        v = kv_store(v)
+        x = x + mm(attention(q, k, v, cfg), p + "attn_output.weight")
         h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.rms_eps)
-        g = h @ W[p + "ffn_gate.weight"].T
-        u = h @ W[p + "ffn_up.weight"].T
-        x = x + (silu(g) * u) @ W[p + "ffn_down.weight"].T
+        g = mm(h, p + "ffn_gate.weight")
+        u = mm(h, p + "ffn_up.weight")
+        x = x + mm(silu(g) * u, p + "ffn_down.weight")
     x = rms_norm(x, W["output_norm.weight"], cfg.rms_eps)
-    out_w = W.get("output.weight", W["token_embd.weight"])
-    return x @ out_w.T
+    return mm(x, "output.weight" if "output.weight" in W else "token_embd.weight")
 
 
-def logits(model_path: str, token_ids, dtype=np.float64) -> np.ndarray:
+def logits(model_path: str, token_ids, dtype=np.float64, emulate_engine: bool = False) -> np.ndarray:
     """Logits [T, n_vocab] for every position of token_ids (in `dtype`)."""
-    return forward(load_model(model_path, dtype), token_ids)
+    return forward(load_model(model_path, dtype), token_ids, emulate_engine)
 
 
 def greedy(model_path: str, token_ids, n_new: int, eos: int | None = None,
@@ -208,15 +256,44 @@ def greedy(model_path: str, token_ids, n_new: int, eos: int | None = None,
     return ids[len(token_ids):]
 
 
-def chat_prompt_text(model_path: str, user_text: str) -> str:
-    """Render the GGUF chat template (jinja2) for one user turn + generation prompt."""
-    import jinja2
+@functools.lru_cache(maxsize=8)
+def _chat_template(model_path: str) -> tuple[str, str, str]:
+    """(template, bos text, eos text) of a GGUF; cached: reading the vocab takes seconds."""
     r = gguf.GGUFReader(model_path)
     tmpl = _field(r, "tokenizer.chat_template")
+    if tmpl is None:
+        raise ValueError(f"{model_path} has no tokenizer.chat_template")
+    tokens = r.fields["tokenizer.ggml.tokens"]
+
+    def token_text(key: str) -> str:
+        f = r.fields.get(key)
+        if f is None:
+            return ""
+        return bytes(tokens.parts[tokens.data[int(f.contents())]]).decode("utf-8")
+
+    return (tmpl, token_text("tokenizer.ggml.bos_token_id"),
+            token_text("tokenizer.ggml.eos_token_id"))
+
+
+def render_chat(model_path: str, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    """Render the GGUF's chat template with jinja2, as transformers' apply_chat_template
+    does (trim_blocks, lstrip_blocks, bos_token/eos_token strings from the vocab)."""
+    import jinja2
+    tmpl, bos, eos = _chat_template(os.path.abspath(model_path))
+
+    def raise_exception(msg):
+        raise jinja2.TemplateError(msg)
+
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(tmpl).render(
-        messages=[{"role": "user", "content": user_text}], add_generation_prompt=True,
-        bos_token="", eos_token="")
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(tmpl).render(messages=messages,
+                                        add_generation_prompt=add_generation_prompt,
+                                        bos_token=bos, eos_token=eos)
+
+
+def chat_prompt_text(model_path: str, user_text: str) -> str:
+    """Chat-templated text for one user turn, ready for generation."""
+    return render_chat(model_path, [{"role": "user", "content": user_text}])
 
 
 class GGUFTokenizer:
