@@ -358,11 +358,12 @@ AI void fdot_rows(uint32_t type, const float *x, int64_t ldx, const void *wrow, 
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
     const cpu_weight *w = a->w;
     float out[FR];
-    for (int64_t j = j0; j < j1; j++) {
-        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
-        for (int64_t i0 = 0; i0 < a->m; i0 += FR) {
-            const int64_t R = a->m - i0 < FR ? a->m - i0 : FR;
-            const float *x = a->x + i0 * a->ldx;
+    /* Row blocks outer: the block's x rows stay in L1 across the task's columns. */
+    for (int64_t i0 = 0; i0 < a->m; i0 += FR) {
+        const int64_t R = a->m - i0 < FR ? a->m - i0 : FR;
+        const float *x = a->x + i0 * a->ldx;
+        for (int64_t j = j0; j < j1; j++) {
+            const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
             switch (R) {
             case 1: fdot_rows(w->type, x, a->ldx, wrow, w->k, 1, out); break;
             case 2: fdot_rows(w->type, x, a->ldx, wrow, w->k, 2, out); break;
