@@ -1,6 +1,7 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "../kernels/cpu/rowops.h"
@@ -47,46 +48,78 @@ static void top_n(const float *x, int64_t n_vocab, int32_t n, int32_t *ids) {
     }
 }
 
-static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
-                      int32_t *idx, float *p) {
-    /* Tokens whose weight exp((l - max) / T) underflows to exactly 0 cannot be drawn and add
-     * nothing to any sum, so dropping them before the sort changes no result. */
-    const float mx = logits[argmax(logits, n_vocab)];
+/* Ids with weight >= cut, in id order; returns how many and their weight sum. */
+static int64_t collect(const float *w, int64_t n_vocab, float cut, int32_t *idx, double *mass) {
     int64_t n = 0;
+    double m = 0.0;
     for (int64_t i = 0; i < n_vocab; i++)
-        if ((logits[i] - mx) / s->temperature >= -104.0f) idx[n++] = (int32_t)i;
+        if (w[i] >= cut) idx[n++] = (int32_t)i, m += w[i];
+    *mass = m;
+    return n;
+}
+
+/* Temperature sampling with top-k, min-p and top-p. Weights w = exp((l - max) / T) are in
+ * (0, 1], the largest is 1. Truncation needs only a top prefix of the order (logit desc,
+ * id asc), so only the ids above a weight cut are sorted: the cut is lowered until that
+ * set provably holds the prefix. Every sum runs in a fixed order (id order, or the sorted
+ * order), so the draw is a pure function of the logits row, the parameters and position. */
+static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
+                      int32_t *idx, float *w) {
+    const float mx = logits[argmax(logits, n_vocab)];
+    double total = 0.0;
+    for (int64_t i = 0; i < n_vocab; i++) {
+        w[i] = invar_expf((logits[i] - mx) / s->temperature);
+        total += w[i];
+    }
+    const bool truncate = s->top_k > 0 || s->min_p > 0.0f || s->top_p < 1.0f;
+    if (!truncate) { /* plain temperature: walk in id order */
+        double u = rng_uniform(s->seed, (uint64_t)position) * total, cum = 0.0;
+        int32_t last = 0;
+        for (int64_t i = 0; i < n_vocab; i++) {
+            if (w[i] <= 0.0f) continue;
+            cum += w[i];
+            last = (int32_t)i;
+            if (u < cum) return last;
+        }
+        return last;
+    }
+    /* Candidate set: ids with w >= cut. {w >= cut} is a prefix of the order because w
+     * grows with the logit. */
+    int64_t n = 0;
+    double mass = 0.0;
+    for (float cut = 0x1p-10f;; cut *= 0x1p-10f) {
+        float c = cut > s->min_p ? cut : s->min_p;
+        n = collect(w, n_vocab, c, idx, &mass);
+        if (c == s->min_p || cut == 0.0f) break;                    /* exact: all that min-p keeps */
+        if (s->top_k > 0 && n >= s->top_k) break;                   /* holds the top-k prefix */
+        if (s->top_k == 0 && mass >= (double)s->top_p * total * (1.0 + 1e-9)) break; /* holds the top-p prefix */
+    }
     qsort_r(idx, (size_t)n, sizeof *idx, by_logit_desc, (void *)logits);
     if (s->top_k > 0 && s->top_k < n) n = s->top_k;
-
-    /* Probabilities at temperature, summed in sorted order (fixed by the total order). */
-    double total = 0.0;
-    for (int64_t r = 0; r < n; r++) {
-        p[r] = invar_expf((logits[idx[r]] - mx) / s->temperature);
-        total += p[r];
+    /* Mass that top-p is measured against: the whole distribution, or what top-k/min-p kept. */
+    double kept = total;
+    if (s->top_k > 0 || s->min_p > 0.0f) {
+        kept = 0.0;
+        for (int64_t r = 0; r < n; r++) kept += w[idx[r]];
     }
-    if (s->min_p > 0.0f) { /* p[0] is the largest: keep p >= min_p * p_max */
-        int64_t keep = 1;
-        while (keep < n && p[keep] >= s->min_p * p[0]) keep++;
-        total = 0.0;
-        for (int64_t r = 0; r < keep; r++) total += p[r];
-        n = keep;
-    }
-    if (s->top_p < 1.0f) { /* smallest prefix whose mass reaches top_p */
-        double cum = 0.0, target = (double)s->top_p * total;
-        int64_t keep = 0;
+    double cum = 0.0;
+    int64_t keep = 0;
+    if (s->top_p < 1.0f) {
+        double target = (double)s->top_p * kept;
         while (keep < n) {
-            cum += p[keep++];
+            cum += w[idx[keep++]];
             if (cum >= target) break;
         }
-        n = keep;
-        total = cum;
+    } else {
+        keep = n;
+        cum = kept;
     }
-    double u = rng_uniform(s->seed, (uint64_t)position) * total, cum = 0.0;
-    for (int64_t r = 0; r < n; r++) {
-        cum += p[r];
-        if (u < cum) return idx[r];
+    double u = rng_uniform(s->seed, (uint64_t)position) * cum, c2 = 0.0;
+    for (int64_t r = 0; r < keep; r++) {
+        c2 += w[idx[r]];
+        if (u < c2) return idx[r];
     }
-    return idx[n - 1];
+    return idx[keep - 1];
 }
 
 void sampler_choose(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,

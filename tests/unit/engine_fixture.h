@@ -26,7 +26,7 @@ typedef struct {
     int64_t n;
 } prompt_ids;
 
-/* n different prompts of varied lengths (a few to ~80 tokens). */
+/* n different prompts of varied lengths (about 10 to 40 tokens). */
 static prompt_ids *fixture_prompts(const invar_model *m, int n) {
     static const char *topics[] = {"the ocean", "prime numbers", "a red bicycle", "C programming",
                                    "the French revolution", "photosynthesis", "chess openings", "jazz"};
@@ -34,7 +34,7 @@ static prompt_ids *fixture_prompts(const invar_model *m, int n) {
     char text[2048];
     for (int i = 0; i < n; i++) {
         int len = snprintf(text, sizeof text, "<|im_start|>user\nTell me about %s (question %d).", topics[i % 8], i);
-        for (int r = 0; r < (i * 7) % 11; r++)
+        for (int r = 0; r < (i * 7) % 5; r++)
             len += snprintf(text + len, sizeof text - (size_t)len, " Please add detail number %d.", r);
         snprintf(text + len, sizeof text - (size_t)len, "<|im_end|>\n<|im_start|>assistant\n");
         p[i].ids = malloc(sizeof(int32_t) * 1024);

@@ -15,7 +15,7 @@
 #include "kernels/cpu/matmul.h"
 
 #define N_PROMPTS 32
-#define MAX_TOKENS 10
+#define MAX_TOKENS 8
 
 static invar_model *g_model;
 static prompt_ids *g_prompts;
@@ -125,19 +125,19 @@ static int check_batches(matmul_fn mm, int n_prompts, const int *sizes, int n_tr
 
 static void test_batches_equal_alone(void **state) {
     (void)state;
-    static const int sizes[] = {2, 64, 5, 33, 17, 48, 3, 9};
+    static const int sizes[] = {2, 64, 5, 33, 17, 9};
     int compared;
-    int mismatches = check_batches(NULL, N_PROMPTS, sizes, 8, &compared);
+    int mismatches = check_batches(NULL, N_PROMPTS, sizes, 6, &compared);
     printf("# invariant engine: %d/%d batched requests differ from alone\n", mismatches, compared);
-    assert_true(compared >= 150);
+    assert_true(compared >= 128);
     assert_int_equal(mismatches, 0);
 }
 
 static void test_negative_control_splitk_by_batch_size(void **state) {
     (void)state;
-    static const int sizes[] = {24, 40};
+    static const int sizes[] = {16};
     int compared;
-    int mismatches = check_batches(cpu_matmul_splitk_by_m, 12, sizes, 2, &compared);
+    int mismatches = check_batches(cpu_matmul_splitk_by_m, 6, sizes, 1, &compared);
     printf("# negative control (split-K by batch size): %d/%d batched requests differ\n", mismatches, compared);
     assert_true(mismatches > 0);
 }
