@@ -11,7 +11,7 @@ static const char *HELP =
     "Request fields: id (echoed), prompt (text, special tokens parsed) or messages\n"
     "([{role, content}], the model's chat template applied), max_tokens (default 64),\n"
     "temperature (default 0 = greedy), top_k, top_p, min_p, seed, logprobs (number of top\n"
-    "alternatives per token, 0-20).\n"
+    "alternatives per token, 0-20), ignore_eos (keep generating past end-of-text).\n"
     "Result fields: id, token_ids, logprobs (float32, printed to round-trip exactly), text,\n"
     "finish_reason (stop|length), prompt_tokens, top_logprobs; or id, line, error.\n"
     "A bad line gets an error result; the other requests are unaffected.\n"

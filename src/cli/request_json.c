@@ -86,6 +86,11 @@ const char *request_from_json(const invar_model *m, const cJSON *o, job *j, char
         else
             s->seed = (uint64_t)seed->valuedouble;
     }
+    const cJSON *ign = cJSON_GetObjectItemCaseSensitive(o, "ignore_eos");
+    if (!bad && ign && !cJSON_IsNull(ign)) {
+        if (!cJSON_IsBool(ign)) bad = "ignore_eos";
+        else s->ignore_eos = cJSON_IsTrue(ign);
+    }
     if (bad) {
         snprintf(err, errlen, "field '%s' has the wrong type or range", bad);
         return err;
