@@ -53,6 +53,9 @@ int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_
 int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                                   invar_cuda_dtype c_type, int M, int N, int K, int k_chunk);
 
+/* Benchmark experiment only: 0 turns the 2-CTA cluster path off (same results, other speed). */
+void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
+
 /* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
 typedef struct {
     int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */
@@ -60,6 +63,7 @@ typedef struct {
     int n_chunks;
     int split;             /* 1: chunks of one tile run on different CTAs */
     int units, grid, stages;
+    int cluster;           /* 1: 2-CTA clusters share B tiles by TMA multicast (same arithmetic) */
 } invar_cuda_gemm_plan;
 int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
                              invar_cuda_gemm_plan *out);

@@ -133,9 +133,9 @@ static void bench_gemm(FILE *js)
             logsum += log(ratio);
             npts++;
             below09 += ratio < 0.9;
-            printf("%6d %6d %5d | %10.1f %6.0f %5.2f | %10.1f %6.0f %5.2f | %5.2f | BM=%d split=%d grid=%d\n",
+            printf("%6d %6d %5d | %10.1f %6.0f %5.2f | %10.1f %6.0f %5.2f | %5.2f | BM=%d split=%d grid=%d cluster=%d\n",
                    N, K, M, tc * 1e3, fl / tc / 1e9, wb / tc / 1e9, ti * 1e3, fl / ti / 1e9,
-                   wb / ti / 1e9, ratio, pl.bm, pl.split, pl.grid);
+                   wb / ti / 1e9, ratio, pl.bm, pl.split, pl.grid, pl.cluster);
             fprintf(js,
                     "  {\"N\": %d, \"K\": %d, \"M\": %d, \"cublas_us\": %.2f, \"invar_us\": %.2f, "
                     "\"cublas_TFLOPs\": %.1f, \"invar_TFLOPs\": %.1f, \"cublas_weight_TBps\": %.3f, "
@@ -151,17 +151,36 @@ static void bench_gemm(FILE *js)
     /* Experiment: cost of the fixed K chunk (a register fold and a pipeline drain per chunk). */
     printf("== K-chunk experiment (invar kernel, other chunk sizes; not the shipped config) ==\n");
     fprintf(js, "\"gemm_kc_experiment\": [\n");
-    static const int kcs[4] = {512, 1024, 2048, 4096};
-    static const int kshape[3][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {1, 4096, 4096}};
+    static const int kcs[2] = {512, 1024};
+    static const int kshape[5][3] = {{8192, 4096, 4096}, {1, 4096, 4096}, {32, 6144, 4096},
+                                     {8, 4096, 14336}, {1, 28672, 4096}};
+    int firstx = 1;
+    for (int s = 0; s < 5; s++)
+        for (int rep = 0; rep < 2; rep++)
+            for (int i = 0; i < 2; i++) {
+                struct gemm_arg g = {dA, dW, dC, kshape[s][0], kshape[s][1], kshape[s][2], 0, kcs[i]};
+                double t = bench_time_ms(run_gemm, &g, 20);
+                double fl = 2.0 * g.M * (double)g.N * g.K;
+                printf("M=%5d N=%6d K=%5d KC=%5d (rep %d): %8.1f us %6.0f TFLOP/s\n", g.M, g.N, g.K, kcs[i], rep,
+                       t * 1e3, fl / t / 1e9);
+                fprintf(js, "%s  {\"M\": %d, \"N\": %d, \"K\": %d, \"kc\": %d, \"us\": %.2f}", firstx ? "" : ",\n",
+                        g.M, g.N, g.K, kcs[i], t * 1e3);
+                firstx = 0;
+            }
+    fprintf(js, "\n],\n\"gemm_cluster_experiment\": [\n");
+    printf("== 2-CTA cluster (B multicast) on/off ==\n");
+    static const int cshape[3][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {2048, 128256, 4096}};
     for (int s = 0; s < 3; s++)
-        for (int i = 0; i < 4; i++) {
-            struct gemm_arg g = {dA, dW, dC, kshape[s][0], kshape[s][1], kshape[s][2], 0, kcs[i]};
+        for (int on = 1; on >= 0; on--) {
+            invar_cuda_gemm_experiment_cluster(ctx, on);
+            struct gemm_arg g = {dA, dW, dC, cshape[s][0], cshape[s][1], cshape[s][2], 0, 0};
             double t = bench_time_ms(run_gemm, &g, 10);
             double fl = 2.0 * g.M * (double)g.N * g.K;
-            printf("M=%5d N=%6d K=%5d KC=%5d: %8.1f us %6.0f TFLOP/s\n", g.M, g.N, g.K, kcs[i], t * 1e3, fl / t / 1e9);
-            fprintf(js, "  {\"M\": %d, \"N\": %d, \"K\": %d, \"kc\": %d, \"us\": %.2f}%s\n", g.M, g.N, g.K,
-                    kcs[i], t * 1e3, (s == 2 && i == 3) ? "" : ",");
+            printf("M=%5d N=%6d K=%5d cluster=%d: %8.1f us %6.0f TFLOP/s\n", g.M, g.N, g.K, on, t * 1e3, fl / t / 1e9);
+            fprintf(js, "  {\"M\": %d, \"N\": %d, \"K\": %d, \"cluster\": %d, \"us\": %.2f}%s\n", g.M, g.N,
+                    g.K, on, t * 1e3, (s == 2 && on == 0) ? "" : ",");
         }
+    invar_cuda_gemm_experiment_cluster(ctx, 1);
     fprintf(js, "],\n");
     CK(cudaFree(dA));
     CK(cudaFree(dW));

@@ -179,9 +179,9 @@ int main(int argc, char **argv)
         for (int j = 0; j < 6; j++) {
             invar_cuda_gemm_plan pl;
             if (invar_cuda_gemm_describe(ctx, ms[j], shapes[i].N, shapes[i].K, &pl)) continue;
-            printf("N=%6d K=%6d M=%5d: BM=%d BN=%d BK=%d KC=%d chunks=%d split=%d units=%d grid=%d stages=%d\n",
+            printf("N=%6d K=%6d M=%5d: BM=%d BN=%d BK=%d KC=%d chunks=%d split=%d units=%d grid=%d stages=%d cluster=%d\n",
                    shapes[i].N, shapes[i].K, ms[j], pl.bm, pl.bn, pl.bk, pl.k_chunk, pl.n_chunks,
-                   pl.split, pl.units, pl.grid, pl.stages);
+                   pl.split, pl.units, pl.grid, pl.stages, pl.cluster);
         }
     }
     printf("== accuracy vs fp64 ==\n");
@@ -201,6 +201,23 @@ int main(int argc, char **argv)
                               shapes[i].Ms, quick ? 4 : shapes[i].nM, 1);
         EXPECT(bad == 0, "invar GEMM N=%d K=%d is not batch-invariant (%ld rows)", shapes[i].N,
                shapes[i].K, bad);
+    }
+    printf("== 2-CTA cluster path vs single-CTA path (same bits expected) ==\n");
+    {
+        int M = 2048, N = 4096, K = 4096;
+        size_t bytes = (size_t)M * N * 2;
+        uint16_t *c1 = dmalloc(bytes), *c2 = dmalloc(bytes);
+        invar_cuda_gemm_plan pl;
+        invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+        run(invar_cuda_gemm, dA, dW, c1, INVAR_CUDA_BF16, M, N, K);
+        invar_cuda_gemm_experiment_cluster(ctx, 0);
+        run(invar_cuda_gemm, dA, dW, c2, INVAR_CUDA_BF16, M, N, K);
+        invar_cuda_gemm_experiment_cluster(ctx, 1);
+        long d = invar_cuda_rows_differ(ctx, c1, c2, (size_t)M, (size_t)N * 2);
+        printf("cluster=%d vs cluster=0: %ld of %d rows differ\n", pl.cluster, d, M);
+        EXPECT(pl.cluster == 1 && d == 0, "cluster path differs (%ld rows) or unused", d);
+        CK(cudaFree(c1));
+        CK(cudaFree(c2));
     }
     printf("== negative control (cuBLAS, same check) ==\n");
     static const int Ms_ctl[] = {1, 8, 32, 128, 512, 2048};

@@ -64,6 +64,7 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
         return INVAR_CUDA_ENODEV;
     }
     ctx->encode_tiled = fn;
+    ctx->gemm_cluster = 1;
     *out = ctx;
     return 0;
 }
@@ -76,7 +77,6 @@ extern "C" void invar_cuda_free(invar_cuda_ctx *ctx)
     cudaDeviceSynchronize();
     invar_cuda_cublas_destroy(ctx);
     cudaFree(ctx->gemm_ws);
-    cudaFree(ctx->gemm_counters);
     cudaFree(ctx->attn_ws);
     free(ctx);
 }

@@ -14,8 +14,7 @@ struct invar_cuda_ctx {
     void *encode_tiled;         /* cuTensorMapEncodeTiled, from the driver entry point */
     float *gemm_ws;             /* split-K partials [chunk][M][N] */
     size_t gemm_ws_bytes;
-    unsigned *gemm_counters;    /* per-tile chunk counters of split-K, zero between calls */
-    size_t gemm_counters_n;
+    int gemm_cluster;           /* use 2-CTA clusters with B multicast where the plan allows */
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
     char err[256];

@@ -21,9 +21,9 @@ struct gemm_params {
     int consumers;      /* consumer warpgroups = BM / 64 */
     int stages;
     int out_f32;
+    int cluster;        /* 1: CTA pairs along M share each B tile through TMA multicast */
     void *out;
     float *ws;          /* [n_chunks][M][N] partials (split only) */
-    unsigned *counters; /* [tiles_m * tiles_n] chunks finished per tile; zero between calls */
 };
 
 #define B_TILE_BYTES (GEMM_BN * GEMM_BK * 2)
@@ -72,6 +72,23 @@ static __device__ __forceinline__ void store_frag(const struct gemm_params *p, c
     }
 }
 
+/* With p.cluster, CTA pairs (cluster ranks 0, 1) take M tiles 2t and 2t+1 of one N tile; rank r
+ * loads rows [64r, 64r+64) of the B tile and multicasts them to both CTAs, halving the B bytes
+ * each SM pulls from L2. Only data movement changes: the MMA sequence is the same. */
+/* Gives a consumed stage back to the producer(s): every consumer thread arrives locally, or
+ * in cluster mode lane 0 of each consumer warp arrives on both CTAs' barrier (the peer's
+ * multicast also wrote this stage). */
+static __device__ __forceinline__ void release_stage(const struct gemm_params *p, uint32_t bar,
+                                                     int lane, uint32_t rank)
+{
+    if (!p->cluster) {
+        mbar_arrive(bar);
+    } else if (lane == 0) {
+        mbar_arrive(bar);
+        mbar_arrive_cluster(bar, rank ^ 1u);
+    }
+}
+
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
 gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                       const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
@@ -85,22 +102,29 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     const uint32_t stage_bytes = a_bytes + B_TILE_BYTES;
     uint64_t *bars = (uint64_t *)(sbase + (size_t)p.stages * stage_bytes);
     uint32_t full0 = smem_u32(bars), empty0 = smem_u32(bars + p.stages);
-    volatile int *last_flag = (volatile int *)(bars + 2 * p.stages);
 
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
+    /* Cluster mode: units are M-tile pairs; rank picks the tile of the pair. */
+    const uint32_t rank = p.cluster ? cluster_ctarank() : 0;
+    const int u0 = p.cluster ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
+    const int ustep = p.cluster ? (int)(gridDim.x / 2) : (int)gridDim.x;
     if (threadIdx.x == 0) {
         for (int s = 0; s < p.stages; s++) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, p.consumers * 128);
+            /* Released per consumer thread, or in cluster mode per consumer warp of both CTAs. */
+            mbar_init(empty0 + 8 * s, p.cluster ? 2 * p.consumers * 4 : p.consumers * 128);
         }
         mbar_fence_init();
         tma_prefetch_desc(&tm_a);
         tma_prefetch_desc(&tm_b);
     }
-    __syncthreads();
-    /* Programmatic dependent launch: let the next kernel get scheduled early, and wait here
-     * for the previous kernel's results before touching global memory. */
+    if (p.cluster)
+        cluster_sync(); /* both CTAs' barriers exist before any multicast or remote arrive */
+    else
+        __syncthreads();
+    /* Programmatic dependent launch: let the fold kernel (or the next layer) get scheduled,
+     * and wait here for the previous kernel's results before touching global memory. */
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
@@ -110,9 +134,10 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
         SETMAXNREG_DEC(24);
         if (tid == 0) {
         uint32_t it = 0;
-        for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
+        for (int u = u0; u < p.units; u += ustep) {
             int tm, tn, chunk;
             unit_tile(&p, u, &tm, &tn, &chunk);
+            if (p.cluster) tm = 2 * tm + (int)rank;
             int kt0 = 0, kt1 = p.k_tiles;
             if (chunk >= 0) {
                 kt0 = chunk * p.kc_tiles;
@@ -126,9 +151,14 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                 mbar_arrive_expect_tx(fb, stage_bytes);
                 uint32_t sa = base + s * stage_bytes;
                 tma_load_2d(sa, &tm_a, kt * GEMM_BK, tm * bm, fb);
-                tma_load_2d(sa + a_bytes, &tm_b, kt * GEMM_BK, tn * GEMM_BN, fb);
+                if (p.cluster)
+                    tma_load_2d_multicast(sa + a_bytes + rank * (B_TILE_BYTES / 2), &tm_b, kt * GEMM_BK,
+                                          tn * GEMM_BN + (int)rank * (GEMM_BN / 2), fb, (uint16_t)3);
+                else
+                    tma_load_2d(sa + a_bytes, &tm_b, kt * GEMM_BK, tn * GEMM_BN, fb);
             }
         }
+        if (p.cluster) cluster_sync(); /* the peer may still arrive on our barriers */
         }
     } else {
     /* Consumer warpgroups: consumer c owns rows [64c, 64c+64) of the tile. */
@@ -142,9 +172,10 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = 0.0f;
     uint32_t it = 0;
-    for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
+    for (int u = u0; u < p.units; u += ustep) {
         int tm, tn, chunk;
         unit_tile(&p, u, &tm, &tn, &chunk);
+        if (p.cluster) tm = 2 * tm + (int)rank;
         int c0 = 0, c1 = p.n_chunks;
         if (chunk >= 0) {
             c0 = chunk;
@@ -173,12 +204,12 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                 if (kt > kt0) {
                     /* The previous K-tile's wgmmas are done: give its stage back. */
                     wgmma_wait1();
-                    mbar_arrive(empty0 + 8 * prev_s);
+                    release_stage(&p, empty0 + 8 * prev_s, lane, rank);
                 }
                 prev_s = s;
             }
             wgmma_wait0();
-            mbar_arrive(empty0 + 8 * prev_s);
+            release_stage(&p, empty0 + 8 * prev_s, lane, rank);
             if (chunk < 0) {
 #pragma unroll
                 for (int i = 0; i < 64; i++) total[i] = __fadd_rn(total[i], acc[i]);
@@ -190,9 +221,8 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
             store_frag(&p, total, row0, col0, lane_row, lane_col);
             continue;
         }
-        /* Split: publish this chunk's partial sums; the last CTA of the tile to finish adds
-         * the chunks of every element in chunk order (the same fold as the in-register path
-         * above), whichever CTA that is. */
+        /* Split: publish this chunk's partial sums; gemm_fold_kernel adds the chunks of
+         * every element in chunk order (the same fold as the in-register path above). */
         float *part = p.ws + (size_t)chunk * p.M * p.N;
 #pragma unroll
         for (int j = 0; j < GEMM_BN / 8; j++) {
@@ -205,39 +235,31 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
             }
         }
-        const int nthr = p.consumers * 128;
-        named_barrier(1, nthr);
-        if (threadIdx.x == 128) {
-            unsigned *ctr = p.counters + (size_t)tm * p.tiles_n + tn;
-            __threadfence(); /* release: every consumer thread's partial, ordered by the barrier */
-            unsigned prev = atomicAdd(ctr, 1u);
-            int last = prev == (unsigned)(p.n_chunks - 1);
-            if (last) *ctr = 0; /* ready for the next call */
-            *last_flag = last;
-        }
-        named_barrier(1, nthr);
-        if (!*last_flag) continue;
-        __threadfence(); /* acquire: the other CTAs' partials */
-        const int tr0 = tm * bm;
-        for (int idx = threadIdx.x - 128; idx < bm * (GEMM_BN / 4); idx += nthr) {
-            int row = tr0 + idx / (GEMM_BN / 4), col = col0 + 4 * (idx % (GEMM_BN / 4));
-            if (row >= p.M || col >= p.N) continue;
-            const float *q = p.ws + (size_t)row * p.N + col;
-            const size_t cs = (size_t)p.M * p.N;
-            float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-            for (int ch = 0; ch < p.n_chunks; ch++) {
-                float4 v = __ldcg((const float4 *)(q + ch * cs));
-                t.x = __fadd_rn(t.x, v.x);
-                t.y = __fadd_rn(t.y, v.y);
-                t.z = __fadd_rn(t.z, v.z);
-                t.w = __fadd_rn(t.w, v.w);
-            }
-            size_t off = (size_t)row * p.N + col;
-            store_pair(&p, off, t.x, t.y);
-            store_pair(&p, off + 2, t.z, t.w);
-        }
     }
+    if (p.cluster) cluster_sync();
+    }
+}
+
+/* total = 0; total += P_c for c = 0, 1, ... (same rounding steps as the in-register fold). */
+__global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void *out, int out_f32)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* the GEMM's partials are complete */
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= mn) return;
+    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < n_chunks; c++) {
+        float4 v = __ldcs((const float4 *)(ws + (size_t)c * mn + i));
+        t.x = __fadd_rn(t.x, v.x);
+        t.y = __fadd_rn(t.y, v.y);
+        t.z = __fadd_rn(t.z, v.z);
+        t.w = __fadd_rn(t.w, v.w);
+    }
+    if (out_f32) {
+        *(float4 *)((float *)out + i) = t;
+    } else {
+        __nv_bfloat162 *o = (__nv_bfloat162 *)((__nv_bfloat16 *)out + i);
+        o[0] = __floats2bfloat162_rn(t.x, t.y);
+        o[1] = __floats2bfloat162_rn(t.z, t.w);
     }
 }
 
@@ -281,6 +303,15 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
         o->units = (int)(tiles * n_chunks);
     }
     o->grid = o->units < sms ? o->units : sms;
+    o->cluster = 0;
+    int tiles_m = (M + o->bm - 1) / o->bm;
+    if (ctx->gemm_cluster && large && !o->split && tiles_m % 2 == 0) {
+        /* Units become M-tile pairs on 2-CTA clusters. */
+        o->cluster = 1;
+        o->units = (int)(tiles / 2);
+        int pairs = sms / 2;
+        o->grid = 2 * (o->units < pairs ? o->units : pairs);
+    }
     return 0;
 }
 
@@ -319,6 +350,8 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.N = N;
     p.K = K;
     p.tiles_m = (M + pl.bm - 1) / pl.bm;
+    p.cluster = pl.cluster;
+    if (pl.cluster) p.tiles_m /= 2; /* the raster walks pairs */
     p.tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
     p.n_chunks = pl.n_chunks;
     p.kc_tiles = kc / GEMM_BK;
@@ -331,21 +364,14 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.out_f32 = c_type == INVAR_CUDA_F32;
     p.out = c;
     p.ws = NULL;
-    p.counters = NULL;
     if (pl.split) {
         size_t need = (size_t)pl.n_chunks * M * N * sizeof(float);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, need, 0);
         if (rc) return rc;
-        size_t have = ctx->gemm_counters_n * sizeof(unsigned);
-        size_t tiles = (size_t)p.tiles_m * p.tiles_n;
-        rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_counters, &have, tiles * sizeof(unsigned), 1);
-        if (rc) return rc;
-        ctx->gemm_counters_n = have / sizeof(unsigned);
         p.ws = ctx->gemm_ws;
-        p.counters = ctx->gemm_counters;
     }
     CUtensorMap ma, mb;
-    if (make_map(ctx, &ma, a, M, K, pl.bm) || make_map(ctx, &mb, w, N, K, GEMM_BN))
+    if (make_map(ctx, &ma, a, M, K, pl.bm) || make_map(ctx, &mb, w, N, K, pl.cluster ? GEMM_BN / 2 : GEMM_BN))
         return INVAR_CUDA_ECUDA;
     size_t smem = 1024 + (size_t)pl.stages * (pl.bm * GEMM_BK * 2 + B_TILE_BYTES) +
                   2 * pl.stages * sizeof(uint64_t) + 16;
@@ -359,18 +385,33 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
                          "gemm smem attribute"))
         return INVAR_CUDA_ECUDA;
     int threads = (p.consumers + 1) * 128;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    attrs[1].id = cudaLaunchAttributeClusterDimension;
+    attrs[1].val.clusterDim.x = pl.cluster ? 2 : 1;
+    attrs[1].val.clusterDim.y = 1;
+    attrs[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(pl.grid);
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = 2;
     if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_invariant_kernel, ma, mb, p), "gemm launch"))
         return INVAR_CUDA_ECUDA;
+    if (pl.split) {
+        size_t mn = (size_t)M * N;
+        cfg.gridDim = dim3((unsigned)((mn / 4 + 255) / 256));
+        cfg.blockDim = dim3(256);
+        cfg.dynamicSmemBytes = 0;
+        cfg.numAttrs = 1;
+        if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_fold_kernel, (const float *)p.ws,
+                                                     pl.n_chunks, mn, c, p.out_f32),
+                             "gemm fold launch"))
+            return INVAR_CUDA_ECUDA;
+    }
     return 0;
 }
 
@@ -385,4 +426,9 @@ extern "C" int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t
                                              int k_chunk)
 {
     return gemm_kc(ctx, a, w, c, c_type, M, N, K, k_chunk);
+}
+
+extern "C" void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on)
+{
+    ctx->gemm_cluster = on != 0;
 }

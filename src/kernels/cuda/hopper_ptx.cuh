@@ -57,6 +57,38 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *tma
                  : "memory");
 }
 
+/* The same load written into the same offset of every CTA in `mask` (cluster ranks); each
+ * destination CTA's mbarrier at offset `bar` receives the bytes. */
+static __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void *tmap, int x,
+                                                             int y, uint32_t bar, uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((uint64_t)tmap), "r"(x), "r"(y), "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+static __device__ __forceinline__ uint32_t cluster_ctarank(void)
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+/* Arrives on the mbarrier at the same offset in cluster CTA `rank`. */
+static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
+{
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+static __device__ __forceinline__ void cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
 static __device__ __forceinline__ void tma_prefetch_desc(const void *tmap)
 {
     asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)tmap) : "memory");
