@@ -48,13 +48,13 @@ if want tests; then
   for t in "$B"/test_cuda_*; do
     [[ -x "$t" && "$t" != *.o ]] || continue
     echo "== $(basename "$t") =="
-    timeout 600 "$t"; rc=$?
+    timeout 200 "$t"; rc=$?
     if [ $rc = 77 ]; then echo "$(basename "$t") skipped"; elif [ $rc != 0 ]; then echo "$(basename "$t") FAILED (rc $rc)"; status=1; fi
   done
 fi
 if want bench; then
   echo "== bench =="
-  timeout 900 "$B/bench_cuda" "$OUT/cuda_bench.json" ${BENCH_SECTIONS:-} || { echo "bench FAILED"; status=1; }
+  timeout 420 "$B/bench_cuda" "$OUT/cuda_bench.json" ${BENCH_SECTIONS:-} || { echo "bench FAILED"; status=1; }
 fi
 if want torch; then
   echo "== torch reference timings =="
