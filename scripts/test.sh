@@ -37,6 +37,7 @@ release() {
 
 python_tests() {
     INVAR_BUILD_DIR="$PWD/build" INVAR_BIN="$PWD/build/invar" HF_HUB_OFFLINE=1 \
+        INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
         .venv/bin/python -m pytest -q tests/python
 }
 

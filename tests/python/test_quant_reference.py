@@ -6,6 +6,7 @@ f16 scales), the C side dequantises it with `test_quant --dump-gguf IN OUT`, and
 float32 bits are compared with gguf.quants.dequantize.
 """
 import os
+from pathlib import Path
 import subprocess
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-BUILD_DIR = os.environ.get("INVAR_BUILD_DIR", "/work/main/build")
+BUILD_DIR = os.environ.get("INVAR_BUILD_DIR", str(Path(__file__).resolve().parents[2] / "build"))
 BINARY = os.path.join(BUILD_DIR, "test_quant")
 
 # Byte offsets of the f16 scale fields inside one block, per type.

@@ -9,7 +9,7 @@ invar is driven through the line-mode helper built into the test_tokenizer binar
     some strings with numbers; invar follows the original model;
   * Python `regex` and `tokenizers` (Oniguruma) running the split regexes themselves;
   * jinja2 rendering the GGUF's own tokenizer.chat_template.
-Environment: INVAR_BUILD_DIR (default /work/main/build), INVAR_MODEL.
+Environment: INVAR_BUILD_DIR (default <repo>/build), INVAR_MODEL.
 """
 import os
 import subprocess
@@ -25,8 +25,8 @@ import tokenizer_cases as cases  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-BUILD_DIR = Path(os.environ.get("INVAR_BUILD_DIR", "/work/main/build"))
-MODEL = Path(os.environ.get("INVAR_MODEL", "/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+BUILD_DIR = Path(os.environ.get("INVAR_BUILD_DIR", str(Path(__file__).resolve().parents[2] / "build")))
+MODEL = Path(os.environ.get("INVAR_MODEL", str(Path(__file__).resolve().parents[2] / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")))
 BINARY = BUILD_DIR / "test_tokenizer"
 
 GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
