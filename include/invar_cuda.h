@@ -55,6 +55,8 @@ int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const 
 
 /* Benchmark experiment only: 0 turns the 2-CTA cluster path off (same results, other speed). */
 void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
+/* 2-CTA clusters of the large GEMM configuration that can be resident at once. */
+int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx);
 
 /* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
 typedef struct {

@@ -168,7 +168,7 @@ static void bench_gemm(FILE *js)
                 firstx = 0;
             }
     fprintf(js, "\n],\n\"gemm_cluster_experiment\": [\n");
-    printf("== 2-CTA cluster (B multicast) on/off ==\n");
+    printf("== 2-CTA cluster (B multicast) on/off; resident clusters: %d ==\n", invar_cuda_gemm_max_clusters(ctx));
     static const int cshape[3][3] = {{8192, 4096, 4096}, {8192, 28672, 4096}, {2048, 128256, 4096}};
     for (int s = 0; s < 3; s++)
         for (int on = 1; on >= 0; on--) {

@@ -65,6 +65,7 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     }
     ctx->encode_tiled = fn;
     ctx->gemm_cluster = 1;
+    ctx->gemm_max_clusters = -1;
     *out = ctx;
     return 0;
 }

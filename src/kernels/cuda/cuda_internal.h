@@ -15,6 +15,8 @@ struct invar_cuda_ctx {
     float *gemm_ws;             /* split-K partials [chunk][M][N] */
     size_t gemm_ws_bytes;
     int gemm_cluster;           /* use 2-CTA clusters with B multicast where the plan allows */
+    int gemm_max_clusters;      /* resident 2-CTA clusters usable (-1: not asked yet, 0: off) */
+    int gemm_max_clusters_raw;  /* what the occupancy query said */
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
     char err[256];

@@ -305,11 +305,12 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
     o->grid = o->units < sms ? o->units : sms;
     o->cluster = 0;
     int tiles_m = (M + o->bm - 1) / o->bm;
-    if (ctx->gemm_cluster && large && !o->split && tiles_m % 2 == 0) {
-        /* Units become M-tile pairs on 2-CTA clusters. */
+    if (ctx->gemm_cluster && large && !o->split && tiles_m % 2 == 0 && ctx->gemm_max_clusters > 0) {
+        /* Units become M-tile pairs on 2-CTA clusters; the persistent grid holds only as many
+         * clusters as can be resident at once. */
         o->cluster = 1;
         o->units = (int)(tiles / 2);
-        int pairs = sms / 2;
+        int pairs = ctx->gemm_max_clusters;
         o->grid = 2 * (o->units < pairs ? o->units : pairs);
     }
     return 0;
@@ -337,10 +338,42 @@ static int make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int ro
     return 0;
 }
 
+/* How many 2-CTA clusters of the large configuration fit on the device at once (0: none, or
+ * fewer than 90% of the SMs, so clusters would not pay). */
+static void query_clusters(invar_cuda_ctx *ctx)
+{
+    if (ctx->gemm_max_clusters >= 0) return;
+    ctx->gemm_max_clusters = 0;
+    size_t smem = 1024 + (size_t)GEMM_LARGE_STAGES * (GEMM_LARGE_BM * GEMM_BK * 2 + B_TILE_BYTES) +
+                  2 * GEMM_LARGE_STAGES * sizeof(uint64_t) + 16;
+    if (cudaFuncSetAttribute(gemm_invariant_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+        cudaSuccess)
+        return;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 2;
+    at.val.clusterDim.y = 1;
+    at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2 * (ctx->sm_count / 2));
+    cfg.blockDim = dim3((GEMM_LARGE_CONSUMERS + 1) * 128);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_invariant_kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    ctx->gemm_max_clusters_raw = n;
+    if (2 * n >= (int)(0.9 * ctx->sm_count)) ctx->gemm_max_clusters = n;
+}
+
 static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                    invar_cuda_dtype c_type, int M, int N, int K, int kc)
 {
     invar_cuda_gemm_plan pl;
+    query_clusters(ctx);
     if (describe_kc(ctx, M, N, K, kc, &pl))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
     if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c) & 15)
@@ -431,4 +464,10 @@ extern "C" int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t
 extern "C" void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on)
 {
     ctx->gemm_cluster = on != 0;
+}
+
+extern "C" int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx)
+{
+    query_clusters(ctx);
+    return ctx->gemm_max_clusters_raw;
 }
