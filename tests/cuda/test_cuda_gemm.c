@@ -208,12 +208,12 @@ int main(int argc, char **argv)
         size_t bytes = (size_t)M * N * 2;
         uint16_t *c1 = dmalloc(bytes), *c2 = dmalloc(bytes);
         invar_cuda_gemm_plan pl;
+        invar_cuda_gemm_experiment_cluster(ctx, 1);
         run(invar_cuda_gemm, dA, dW, c1, INVAR_CUDA_BF16, M, N, K);
         invar_cuda_gemm_describe(ctx, M, N, K, &pl);
         printf("resident 2-CTA clusters: %d\n", invar_cuda_gemm_max_clusters(ctx));
         invar_cuda_gemm_experiment_cluster(ctx, 0);
         run(invar_cuda_gemm, dA, dW, c2, INVAR_CUDA_BF16, M, N, K);
-        invar_cuda_gemm_experiment_cluster(ctx, 1);
         long d = invar_cuda_rows_differ(ctx, c1, c2, (size_t)M, (size_t)N * 2);
         printf("cluster=%d vs cluster=0: %ld of %d rows differ\n", pl.cluster, d, M);
         EXPECT(d == 0, "cluster path differs (%ld rows)", d);
