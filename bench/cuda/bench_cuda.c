@@ -193,8 +193,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s OUT.json [gemm] [rows] [attn]\n", argv[0]);
         return 2;
     }
-    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all;
+    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all, only_cluster = 0;
     for (int i = 2; i < argc; i++) {
+        only_cluster |= !strcmp(argv[i], "cluster");
         do_gemm |= !strcmp(argv[i], "gemm");
         do_rows |= !strcmp(argv[i], "rows");
         do_attn |= !strcmp(argv[i], "attn");
@@ -214,6 +215,18 @@ int main(int argc, char **argv)
     fprintf(js, "{\n\"device\": \"%s\", \"sm_count\": %d, \"l2_bytes\": %d,\n", prop.name,
             prop.multiProcessorCount, prop.l2CacheSize);
     printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    if (only_cluster) {
+        /* Profiling aid: the 8192^3 product on the 2-CTA cluster path, 3 launches. */
+        int n = 8192;
+        struct gemm_arg g = {dmalloc((size_t)n * n * 2), dmalloc((size_t)n * n * 2), dmalloc((size_t)n * n * 2), n, n, n, 0, 0};
+        CKI(invar_cuda_fill_random_bf16(ctx, (uint16_t *)g.a, (size_t)n * n, 1, 1.0f));
+        CKI(invar_cuda_fill_random_bf16(ctx, (uint16_t *)g.w, (size_t)n * n, 2, 1.0f));
+        invar_cuda_gemm_experiment_cluster(ctx, 1);
+        for (int i = 0; i < 3; i++) run_gemm(&g);
+        CK(cudaDeviceSynchronize());
+        printf("cluster path ran\n");
+        return 0;
+    }
     ceilings(js);
     if (do_gemm) bench_gemm(js);
     if (do_rows) bench_rows(js, copy_gbs);

@@ -66,6 +66,29 @@ static __device__ __forceinline__ const uint16_t *page_row(const uint16_t *cache
 }
 
 
+/* oc[k] += sum over slots j < nvalid, in order, of p[row][j] * v[j][4 lane .. 4 lane + 3] for
+ * rows warp + 8k, k < nk; nk is a constant at every call site, so the loop is unrolled per
+ * count. */
+static __device__ __forceinline__ void pv_rows(float (*oc)[4], const float *p_s, const uint16_t *v_s,
+                                               int nvalid, int warp, int lane, int nk)
+{
+    for (int j = 0; j < nvalid; j++) {
+        uint2 vv = *(const uint2 *)(v_s + j * HD + 4 * lane);
+        const uint16_t *pv = (const uint16_t *)&vv;
+        float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (k < nk) {
+                float p = p_s[(warp + 8 * k) * SPLIT + j];
+                oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
+                oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
+                oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
+                oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
@@ -188,21 +211,19 @@ attn_kernel(const struct attn_item *__restrict__ items, const uint16_t *__restri
             for (int k = 0; k < 8; k++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) oc[k][e] = 0.0f;
-            for (int j = 0; j < nvalid; j++) {
-                uint2 vv = *(const uint2 *)(v_s + j * HD + 4 * lane);
-                const uint16_t *pv = (const uint16_t *)&vv;
-                float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    int r = warp + 8 * k;
-                    if (r < R) {
-                        float p = p_s[r * SPLIT + j];
-                        oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
-                        oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
-                        oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
-                        oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
-                    }
-                }
+            /* Rows of this warp: warp, warp+8, ...; the loop is specialised per count so no
+             * issue slots go to predicated-off rows (decode has 4 rows in 8 warps). */
+            int nk = warp < R ? (R - warp + 7) / 8 : 0;
+            switch (nk) {
+            case 1: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 1); break;
+            case 2: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 2); break;
+            case 3: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 3); break;
+            case 4: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 4); break;
+            case 5: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 5); break;
+            case 6: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 6); break;
+            case 7: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 7); break;
+            case 8: pv_rows(oc, p_s, v_s, nvalid, warp, lane, 8); break;
+            default: break;
             }
 #pragma unroll
             for (int k = 0; k < 8; k++) {
