@@ -13,10 +13,12 @@ Both stop after N tokens or at an end-of-generation token (which is kept).
 
 Reported per prompt: identical token sequence or the first divergence position,
 the matched-prefix length, and the largest |logprob difference| over the matched
-prefix; overall: exact-match rate and mean matched-prefix length.  A table goes
+prefix; overall: exact-match rate and mean matched-prefix length.  With
+--explain, each divergence is scored by the exact numpy reference
+(tools/reference_forward.py): which engine's token it prefers and by how much.  A table goes
 to stdout and a JSON summary to --out.
 
-  python scripts/compare_llamacpp.py --out /tmp/cmp.json [--n-tokens 32]
+  python scripts/compare_llamacpp.py --out /tmp/cmp.json [--n-tokens 32] [--explain]
   python scripts/compare_llamacpp.py --only-llamacpp --out /tmp/llama.json
 
 Needs: pip install -r requirements-llama.txt (builds llama.cpp, several minutes).
@@ -90,7 +92,8 @@ def run_llamacpp(model: str, prompts: list[dict], n_tokens: int, threads: int,
                     break
                 llm.eval([nxt])
             text = llm.detokenize(out, special=False).decode("utf-8", errors="replace")
-            results.append({"id": p["id"], "prompt_tokens": len(ids), "token_ids": out,
+            results.append({"id": p["id"], "prompt_tokens": len(ids), "prompt_ids": ids,
+                            "token_ids": out,
                             "logprobs": lps, "text": text, "finish_reason": finish,
                             "seconds": round(time.time() - t0, 3)})
     finally:
@@ -140,6 +143,18 @@ def compare_one(ll: dict, inv: dict | None) -> dict:
     return row
 
 
+def explain_divergence(model: str, ll: dict, inv: dict, k: int) -> dict:
+    """At the first divergence, ask the numpy reference (exact arithmetic) which of the two
+    tokens is really ahead and by how much: a gap of a few hundredths of a logit is a
+    near-tie that int8 activation rounding may legitimately flip either way."""
+    ids = list(ll["prompt_ids"]) + list(ll["token_ids"][:k])
+    row = rf.logits(model, ids, np.float32)[-1]
+    a, b = ll["token_ids"][k], inv["token_ids"][k]
+    top = int(np.argmax(row))
+    return {"ref_top": top, "ref_prefers": "llama.cpp" if top == a else "invar" if top == b else "neither",
+            "ref_gap_llama_minus_invar": round(float(row[a] - row[b]), 4)}
+
+
 def snippet(s: str, n: int = 40) -> str:
     s = s.replace("\n", "\\n")
     return s if len(s) <= n else s[:n - 1] + "…"
@@ -157,6 +172,8 @@ def main(argv=None) -> int:
     ap.add_argument("--invar-arg", action="append", default=[],
                     help="extra argument for `invar batch` (repeatable)")
     ap.add_argument("--only-llamacpp", action="store_true", help="skip invar")
+    ap.add_argument("--explain", action="store_true",
+                    help="at each divergence, score both tokens with tools/reference_forward.py")
     ap.add_argument("--out", required=True, help="JSON summary path")
     a = ap.parse_args(argv)
 
@@ -181,6 +198,11 @@ def main(argv=None) -> int:
         inv = run_invar(a.invar_bin, a.model, prompts, a.n_tokens, a.invar_arg)
         summary["invar_seconds"] = round(time.time() - t0, 2)
         rows = [compare_one(r, inv.get(r["id"])) for r in ll]
+        if a.explain:
+            for r, row in zip(ll, rows):
+                k = row["first_divergence"]
+                if k is not None and k < min(len(r["token_ids"]), row.get("invar_tokens", 0)):
+                    row.update(explain_divergence(a.model, r, inv[r["id"]], k))
         print(f"{'id':24} {'match':5} {'div@':>4} {'prefix':>6} {'len L/I':>7} {'prompt L/I':>10} "
               f"{'max|dlp|':>8}  llama.cpp text")
         for r in rows:
@@ -190,9 +212,19 @@ def main(argv=None) -> int:
             print(f"{r['id']:24} {'yes' if r['identical'] else 'NO':5} {div:>4} {r['matched_prefix']:6d} "
                   f"{lens:>7} {plen:>10} {r.get('max_abs_logprob_diff', float('nan')):8.4f}  "
                   f"{snippet(r['llama_text'])}")
+            if "ref_prefers" in r:
+                print(f"    at {r['first_divergence']}: reference prefers {r['ref_prefers']}, "
+                      f"logit(llama.cpp's) - logit(invar's) = {r['ref_gap_llama_minus_invar']:+.4f}")
             if r.get("invar_error"):
                 print(f"    invar error: {r['invar_error']}")
         n = len(rows)
+        explained = [r for r in rows if "ref_prefers" in r]
+        if explained:
+            summary["divergences_reference_prefers"] = {
+                who: sum(r["ref_prefers"] == who for r in explained)
+                for who in ("llama.cpp", "invar", "neither")}
+            summary["divergence_max_abs_ref_gap"] = max(
+                abs(r["ref_gap_llama_minus_invar"]) for r in explained)
         summary.update(
             exact_match_rate=sum(r["identical"] for r in rows) / n,
             mean_matched_prefix=sum(r["matched_prefix"] for r in rows) / n,
@@ -203,6 +235,10 @@ def main(argv=None) -> int:
         print(f"\nexact match: {summary['exact_match_rate']:.1%} of {n} prompts; mean matched prefix "
               f"{summary['mean_matched_prefix']:.1f} of {summary['mean_llama_tokens']:.1f} tokens; "
               f"prompt-length mismatches: {len(summary['prompt_token_mismatches'])}")
+        if explained:
+            print(f"at divergences the reference prefers: {summary['divergences_reference_prefers']}; "
+                  f"largest |reference gap| between the two choices: "
+                  f"{summary['divergence_max_abs_ref_gap']:.4f} logits")
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1, ensure_ascii=False)
     print(f"summary written to {a.out}")
