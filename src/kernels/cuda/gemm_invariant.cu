@@ -78,10 +78,9 @@ static __device__ __forceinline__ void store_frag(const struct gemm_params *p, c
 /* Gives a consumed stage back to the producer(s): every consumer thread arrives locally, or
  * in cluster mode lane 0 of each consumer warp arrives on both CTAs' barrier (the peer's
  * multicast also wrote this stage). */
-static __device__ __forceinline__ void release_stage(const struct gemm_params *p, uint32_t bar,
-                                                     int lane, uint32_t rank)
+static __device__ __forceinline__ void release_stage(const int cl, uint32_t bar, int lane, uint32_t rank)
 {
-    if (!p->cluster) {
+    if (!cl) {
         mbar_arrive(bar);
     } else if (lane == 0) {
         mbar_arrive(bar);
@@ -89,9 +88,8 @@ static __device__ __forceinline__ void release_stage(const struct gemm_params *p
     }
 }
 
-__global__ void __launch_bounds__(GEMM_THREADS, 1)
-gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
-                      const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
+static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, const CUtensorMap *tmap_b,
+                                                 const struct gemm_params &p, const int cl)
 {
     extern __shared__ uint8_t smem_raw[];
     /* 128B-swizzled tiles need 1024-byte alignment; the host asked for 1 KB of slack. */
@@ -106,20 +104,20 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     const int wg = threadIdx.x / 128;
     const int tid = threadIdx.x % 128;
     /* Cluster mode: units are M-tile pairs; rank picks the tile of the pair. */
-    const uint32_t rank = p.cluster ? cluster_ctarank() : 0;
-    const int u0 = p.cluster ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
-    const int ustep = p.cluster ? (int)(gridDim.x / 2) : (int)gridDim.x;
+    const uint32_t rank = cl ? cluster_ctarank() : 0;
+    const int u0 = cl ? (int)(blockIdx.x / 2) : (int)blockIdx.x;
+    const int ustep = cl ? (int)(gridDim.x / 2) : (int)gridDim.x;
     if (threadIdx.x == 0) {
         for (int s = 0; s < p.stages; s++) {
             mbar_init(full0 + 8 * s, 1);
             /* Released per consumer thread, or in cluster mode per consumer warp of both CTAs. */
-            mbar_init(empty0 + 8 * s, p.cluster ? 2 * p.consumers * 4 : p.consumers * 128);
+            mbar_init(empty0 + 8 * s, cl ? 2 * p.consumers * 4 : p.consumers * 128);
         }
         mbar_fence_init();
-        tma_prefetch_desc(&tm_a);
-        tma_prefetch_desc(&tm_b);
+        tma_prefetch_desc(tmap_a);
+        tma_prefetch_desc(tmap_b);
     }
-    if (p.cluster)
+    if (cl)
         cluster_sync(); /* both CTAs' barriers exist before any multicast or remote arrive */
     else
         __syncthreads();
@@ -137,7 +135,7 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
         for (int u = u0; u < p.units; u += ustep) {
             int tm, tn, chunk;
             unit_tile(&p, u, &tm, &tn, &chunk);
-            if (p.cluster) tm = 2 * tm + (int)rank;
+            if (cl) tm = 2 * tm + (int)rank;
             int kt0 = 0, kt1 = p.k_tiles;
             if (chunk >= 0) {
                 kt0 = chunk * p.kc_tiles;
@@ -150,15 +148,15 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                 uint32_t fb = full0 + 8 * s;
                 mbar_arrive_expect_tx(fb, stage_bytes);
                 uint32_t sa = base + s * stage_bytes;
-                tma_load_2d(sa, &tm_a, kt * GEMM_BK, tm * bm, fb);
-                if (p.cluster)
-                    tma_load_2d_multicast(sa + a_bytes + rank * (B_TILE_BYTES / 2), &tm_b, kt * GEMM_BK,
+                tma_load_2d(sa, tmap_a, kt * GEMM_BK, tm * bm, fb);
+                if (cl)
+                    tma_load_2d_multicast(sa + a_bytes + rank * (B_TILE_BYTES / 2), tmap_b, kt * GEMM_BK,
                                           tn * GEMM_BN + (int)rank * (GEMM_BN / 2), fb, (uint16_t)3);
                 else
-                    tma_load_2d(sa + a_bytes, &tm_b, kt * GEMM_BK, tn * GEMM_BN, fb);
+                    tma_load_2d(sa + a_bytes, tmap_b, kt * GEMM_BK, tn * GEMM_BN, fb);
             }
         }
-        if (p.cluster) cluster_sync(); /* the peer may still arrive on our barriers */
+        if (cl) cluster_sync(); /* the peer may still arrive on our barriers */
         }
     } else {
     /* Consumer warpgroups: consumer c owns rows [64c, 64c+64) of the tile. */
@@ -175,7 +173,7 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
     for (int u = u0; u < p.units; u += ustep) {
         int tm, tn, chunk;
         unit_tile(&p, u, &tm, &tn, &chunk);
-        if (p.cluster) tm = 2 * tm + (int)rank;
+        if (cl) tm = 2 * tm + (int)rank;
         int c0 = 0, c1 = p.n_chunks;
         if (chunk >= 0) {
             c0 = chunk;
@@ -204,12 +202,12 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                 if (kt > kt0) {
                     /* The previous K-tile's wgmmas are done: give its stage back. */
                     wgmma_wait1();
-                    release_stage(&p, empty0 + 8 * prev_s, lane, rank);
+                    release_stage(cl, empty0 + 8 * prev_s, lane, rank);
                 }
                 prev_s = s;
             }
             wgmma_wait0();
-            release_stage(&p, empty0 + 8 * prev_s, lane, rank);
+            release_stage(cl, empty0 + 8 * prev_s, lane, rank);
             if (chunk < 0) {
 #pragma unroll
                 for (int i = 0; i < 64; i++) total[i] = __fadd_rn(total[i], acc[i]);
@@ -236,7 +234,7 @@ gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
             }
         }
     }
-    if (p.cluster) cluster_sync();
+    if (cl) cluster_sync();
     }
 }
 
@@ -261,6 +259,22 @@ __global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void 
         o[0] = __floats2bfloat162_rn(t.x, t.y);
         o[1] = __floats2bfloat162_rn(t.z, t.w);
     }
+}
+
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
+                      const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
+{
+    gemm_body(&tm_a, &tm_b, p, 0);
+}
+
+/* The same body on 2-CTA clusters (B multicast); a separate kernel so the single-CTA one
+ * carries no cluster branches. */
+__global__ void __launch_bounds__(GEMM_THREADS, 1)
+gemm_cluster_kernel(const __grid_constant__ CUtensorMap tm_a,
+                    const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
+{
+    gemm_body(&tm_a, &tm_b, p, 1);
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
@@ -346,7 +360,7 @@ static void query_clusters(invar_cuda_ctx *ctx)
     ctx->gemm_max_clusters = 0;
     size_t smem = 1024 + (size_t)GEMM_LARGE_STAGES * (GEMM_LARGE_BM * GEMM_BK * 2 + B_TILE_BYTES) +
                   2 * GEMM_LARGE_STAGES * sizeof(uint64_t) + 16;
-    if (cudaFuncSetAttribute(gemm_invariant_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+    if (cudaFuncSetAttribute(gemm_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
         cudaSuccess)
         return;
     cudaLaunchAttribute at;
@@ -361,7 +375,7 @@ static void query_clusters(invar_cuda_ctx *ctx)
     cfg.attrs = &at;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, gemm_invariant_kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_cluster_kernel, &cfg) != cudaSuccess) {
         cudaGetLastError();
         return;
     }
@@ -412,7 +426,7 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: %zu bytes of smem > %zu", smem,
                                ctx->smem_optin);
     if (invar_cuda_check(ctx,
-                         cudaFuncSetAttribute(gemm_invariant_kernel,
+                         cudaFuncSetAttribute(pl.cluster ? gemm_cluster_kernel : gemm_invariant_kernel,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem),
                          "gemm smem attribute"))
@@ -432,7 +446,9 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     cfg.stream = ctx->stream;
     cfg.attrs = attrs;
     cfg.numAttrs = 2;
-    if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, gemm_invariant_kernel, ma, mb, p), "gemm launch"))
+    if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, pl.cluster ? gemm_cluster_kernel : gemm_invariant_kernel,
+                                                 ma, mb, p),
+                         "gemm launch"))
         return INVAR_CUDA_ECUDA;
     if (pl.split) {
         size_t mn = (size_t)M * N;

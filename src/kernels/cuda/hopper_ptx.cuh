@@ -80,7 +80,9 @@ static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_
 {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+    /* No .release.cluster: the consumer has only read the stage (its wgmmas completed), so
+     * there are no writes to order, and the cluster-scope fence would stall every arrive. */
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
 static __device__ __forceinline__ void cluster_sync(void)
