@@ -214,6 +214,7 @@ int main(int argc, char **argv)
         printf("resident 2-CTA clusters: %d\n", invar_cuda_gemm_max_clusters(ctx));
         invar_cuda_gemm_experiment_cluster(ctx, 0);
         run(invar_cuda_gemm, dA, dW, c2, INVAR_CUDA_BF16, M, N, K);
+        invar_cuda_gemm_experiment_cluster(ctx, 1); /* the default */
         long d = invar_cuda_rows_differ(ctx, c1, c2, (size_t)M, (size_t)N * 2);
         printf("cluster=%d vs cluster=0: %ld of %d rows differ\n", pl.cluster, d, M);
         EXPECT(d == 0, "cluster path differs (%ld rows)", d);
