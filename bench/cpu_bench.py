@@ -1,0 +1,607 @@
+#!/usr/bin/env python3
+"""CPU benchmark: invar against llama.cpp (llama-cpp-python) on the same GGUF files.
+
+One invocation measures, for the default Q4_1 model and random-weight Q8_0 / F16 models of
+the same SmolLM2-135M shape:
+  * pp512  - prefill of a 512-token prompt, tokens/s, at 1 and 2 threads;
+  * tg128  - decode of one sequence, tokens/s, at 1 and 2 threads, and its fraction of the
+             memory-bandwidth bound (weight bytes per token x tokens/s / streaming-read GB/s);
+  * aggregate decode at N concurrent sequences (Q4_1, all threads), total tokens/s;
+  * streaming-read bandwidth (bench/stream_read.c, compiled into build-bench/) at the start
+    and the end of the run, so the bound comes from the same conditions.
+Each figure is the median of --reps repetitions; invar and llama.cpp repetitions are
+interleaved so that background load hits both alike.  Prints a side-by-side table and writes
+bench/results/cpu_<date>.json and .png.
+
+How invar is timed (from outside, no special build): one `invar batch --max-batch N` process
+per repetition reads requests in groups, and each result line is time-stamped when it
+arrives on the pipe (invar flushes every result as soon as it is done).  With max-batch N
+and groups of N requests, a group runs only after the previous one finished:
+  W  N short prompts, max_tokens 1      warm-up (first touch of the weights)  -> t_W
+  P  one 512-token prompt, max_tokens 1 (single-sequence runs only)          -> t_P
+  A  N short prompts, max_tokens 1      prefill of the short prompts           -> t_A
+  B  N short prompts, max_tokens 1+T, ignore_eos                                -> t_B
+  prefill 512 = t_P - t_W;   decode of T tokens x N = (t_B - t_A) - (t_A - t_P or t_W)
+so model loading and process start never enter a figure.  llama.cpp is driven through the
+low-level API (llama_batch / llama_decode, one sequence id per concurrent sequence,
+n_batch = n_ubatch = 512, flash attention on) and timed around llama_decode plus the same
+greedy argmax invar does.
+
+usage: .venv/bin/python bench/cpu_bench.py [--quick]
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import select
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(ROOT, "build-bench")
+DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+SHORT_PROMPT = 16     # tokens of the prompts decode starts from
+PP_TOKENS = 512
+
+# Common English words that the SmolLM2 BPE keeps as one token each after a space, so a
+# prompt of n words is n tokens (checked against invar's tokenizer before use).
+WORDS = ("the of and to in is was for on that with as by at from his her they this be are have it "
+         "not or had but an which you were one all their there been has when who will more no if out "
+         "so said what up its about into than them can only other new some could time these two may "
+         "then do first any my now such like our over man me even most made after also did many "
+         "before must through back years where much your way well down should because each just "
+         "those people how too little state good very make world still own see men work long get "
+         "here between both life being under never day same another know while last might us great "
+         "old year off come since against go came right used take three").split()
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+# ----------------------------------------------------------------------------- setup
+
+def ensure_models(skip_random):
+    models = [("Q4_1", DEFAULT_MODEL)]
+    if skip_random:
+        return models
+    os.makedirs(os.path.join(CACHE, "models"), exist_ok=True)
+    for t in ("Q8_0", "F16"):
+        path = os.path.join(CACHE, "models", f"smollm2-135m-random.{t}.gguf")
+        if not os.path.exists(path):
+            log(f"writing {path}")
+            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_tiny_model.py"),
+                            "--shape", "smollm2-135m", "--type", t, "--tokenizer-from", DEFAULT_MODEL,
+                            "--out", path], check=True, stdout=subprocess.DEVNULL)
+        models.append((t, path))
+    return models
+
+
+def weight_bytes_per_token(path):
+    """Bytes of every weight a decode step reads: all tensors but the embedding table, plus
+    the output head (which is token_embd itself when the model ties them).  The embedding
+    lookup reads one row, which is noise."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    sizes = {t.name: int(t.n_bytes) for t in r.tensors}
+    total = sum(v for k, v in sizes.items() if k != "token_embd.weight")
+    if "output.weight" not in sizes:
+        total += sizes["token_embd.weight"]
+    types = sorted({t.tensor_type.name for t in r.tensors if len(t.shape) >= 2})
+    return total, types
+
+
+def build_stream_read():
+    exe = os.path.join(CACHE, "stream_read")
+    src = os.path.join(ROOT, "bench", "stream_read.c")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        os.makedirs(CACHE, exist_ok=True)
+        subprocess.run(["cc", "-O3", "-march=native", "-pthread", src, "-o", exe], check=True)
+    return exe
+
+
+def stream_bandwidth(exe, threads, size_mib, reps):
+    out = subprocess.run([exe, str(size_mib), str(threads), str(reps)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["gbps"]
+
+
+def make_prompts(invar, model, seed):
+    """Distinct word prompts of exactly SHORT_PROMPT and PP_TOKENS tokens (by invar's
+    tokenizer, which matches llama.cpp's for this vocabulary: the ids are passed to
+    llama.cpp as they are)."""
+    rng = random.Random(seed)
+
+    def text(n):
+        return "".join(" " + rng.choice(WORDS) for _ in range(n))
+
+    def ids(t):
+        out = subprocess.run([invar, "tokenize", "--model", model, t], check=True,
+                             capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
+
+    def exact(n):
+        for _ in range(20):
+            t = text(n)
+            tok = ids(t)
+            if len(tok) == n:
+                return t, tok
+        raise RuntimeError(f"could not build a {n}-token prompt")
+    return exact
+
+
+# ----------------------------------------------------------------------------- invar
+
+def run_timed(cmd, stdin_text):
+    """Run cmd, feed stdin_text, return [(json_result, arrival_seconds)] for every line."""
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(stdin_text.encode())
+    p.stdin.close()
+    fd = p.stdout.fileno()
+    buf, lines = b"", []
+    while True:
+        select.select([fd], [], [])
+        chunk = os.read(fd, 1 << 20)
+        now = time.perf_counter()
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            lines.append((json.loads(line), now))
+    err = p.stderr.read().decode(errors="replace")
+    if p.wait() != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {err}")
+    return lines
+
+
+def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompt):
+    """One process: warm-up, [pp512,] prefill group, decode group.  Returns seconds."""
+    reqs = []
+
+    def group(tag, n, max_tokens, prompt_fn):
+        for i in range(n):
+            reqs.append({"id": f"{tag}{i}", "prompt": prompt_fn(), "max_tokens": max_tokens,
+                         "ignore_eos": True})
+    group("W", n_seq, 1, lambda: short()[0])
+    if long_prompt is not None:
+        group("P", 1, 1, lambda: long_prompt)
+    group("A", n_seq, 1, lambda: short()[0])
+    group("B", n_seq, 1 + dec_tokens, lambda: short()[0])
+    cmd = [invar, "batch", "--model", model, "--threads", str(threads), "--max-batch", str(n_seq),
+           "--max-batch-tokens", str(max(PP_TOKENS, n_seq))]
+    lines = run_timed(cmd, "".join(json.dumps(r) + "\n" for r in reqs))
+    done = {}
+    for res, t in lines:
+        if "error" in res:
+            raise RuntimeError(f"invar request failed: {res}")
+        tag = res["id"][0]
+        done[tag] = max(done.get(tag, 0.0), t)
+        if tag == "B" and len(res["token_ids"]) != 1 + dec_tokens:
+            raise RuntimeError(f"invar stopped early: {len(res['token_ids'])} tokens")
+        if tag == "P" and res["prompt_tokens"] != PP_TOKENS:
+            raise RuntimeError("pp prompt has the wrong length")
+    before_a = done["P"] if long_prompt is not None else done["W"]
+    prefill_short = done["A"] - before_a
+    out = {"decode_s": (done["B"] - done["A"]) - prefill_short, "prefill_short_s": prefill_short}
+    if long_prompt is not None:
+        out["pp_s"] = done["P"] - done["W"]
+    return out
+
+
+# ----------------------------------------------------------------------------- llama.cpp
+
+_QUIET = []
+
+
+def _quiet_log(L):
+    """A no-op llama.cpp log callback (kept alive for the life of the process)."""
+    if not _QUIET:
+        _QUIET.append(L.llama_log_callback(lambda level, text, user: None))
+    return _QUIET[0]
+
+
+class LlamaRunner:
+    """llama.cpp through llama-cpp-python's low-level bindings: a context with n_seq
+    sequences, each in its own KV stream (kv_unified off, as llama-batched-bench does)."""
+
+    def __init__(self, path, threads, n_seq, n_ctx_seq):
+        import llama_cpp as L
+        self.L = L
+        L.llama_log_set(_quiet_log(L), ctypes.c_void_p(0))
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(path.encode(), mp)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp cannot load {path}")
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx_seq * n_seq
+        cp.n_batch = cp.n_ubatch = max(PP_TOKENS, n_seq)
+        cp.n_seq_max = n_seq
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cp.kv_unified = False
+        cp.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp context creation failed")
+        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.n_seq = n_seq
+        self.batch = L.llama_batch_init(max(PP_TOKENS, n_seq), 0, n_seq)
+
+    def close(self):
+        L = self.L
+        L.llama_batch_free(self.batch)
+        L.llama_free(self.ctx)
+        L.llama_model_free(self.model)
+
+    def _fill(self, entries):
+        b = self.batch
+        for i, (tok, pos, seq, want) in enumerate(entries):
+            b.token[i] = tok
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = 1 if want else 0
+        b.n_tokens = len(entries)
+
+    def _decode_argmax(self, n_out):
+        if self.L.llama_decode(self.ctx, self.batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        p = self.L.llama_get_logits(self.ctx)
+        logits = np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)),
+                                       shape=(n_out, self.n_vocab))
+        return logits.argmax(axis=1)
+
+    def clear(self):
+        self.L.llama_memory_clear(self.L.llama_get_memory(self.ctx), True)
+
+    def prefill(self, ids):
+        """Seconds for one prompt of len(ids) tokens in one llama_decode, plus its argmax."""
+        self.clear()
+        self._fill([(t, i, 0, i == len(ids) - 1) for i, t in enumerate(ids)])
+        t0 = time.perf_counter()
+        self._decode_argmax(1)
+        return time.perf_counter() - t0
+
+    def decode(self, prompts, n_tokens):
+        """Prefill one prompt per sequence (untimed), then n_tokens greedy steps with every
+        sequence in each llama_decode.  Returns the seconds of the decode steps."""
+        self.clear()
+        n = len(prompts)
+        last = [0] * n
+        for s, ids in enumerate(prompts):   # one call each: prompts are short
+            self._fill([(t, i, s, i == len(ids) - 1) for i, t in enumerate(ids)])
+            last[s] = int(self._decode_argmax(1)[0])
+        pos = [len(p) for p in prompts]
+        t0 = time.perf_counter()
+        for _ in range(n_tokens):
+            self._fill([(last[s], pos[s], s, True) for s in range(n)])
+            nxt = self._decode_argmax(n)
+            for s in range(n):
+                last[s] = int(nxt[s])
+                pos[s] += 1
+        return time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------- runs
+
+def bench_single(args, invar, name, path, threads, exact, wbytes, results):
+    """pp512 and single-sequence decode, invar and llama.cpp interleaved rep by rep."""
+    inv, lla = {"pp": [], "tg": []}, {"pp": [], "tg": []}
+    llama = None
+    if not args.skip_llama:
+        llama = LlamaRunner(path, threads, 1, 1024)
+        text, ids = exact(PP_TOKENS)
+        llama.prefill(ids)                                 # warm-up: first touch, graph
+        llama.decode([exact(SHORT_PROMPT)[1]], 4)
+    for rep in range(args.reps):
+        long_text, long_ids = exact(PP_TOKENS)
+        r = invar_rep(invar, path, threads, 1, args.tokens, lambda: exact(SHORT_PROMPT), long_text)
+        inv["pp"].append(PP_TOKENS / r["pp_s"])
+        inv["tg"].append(args.tokens / r["decode_s"])
+        if llama:
+            lla["pp"].append(PP_TOKENS / llama.prefill(long_ids))
+            lla["tg"].append(args.tokens / llama.decode([exact(SHORT_PROMPT)[1]], args.tokens))
+        log(f"  {name} t={threads} rep {rep + 1}: invar pp {inv['pp'][-1]:.1f} tg {inv['tg'][-1]:.1f}"
+            + (f" | llama.cpp pp {lla['pp'][-1]:.1f} tg {lla['tg'][-1]:.1f}" if llama else ""))
+    if llama:
+        llama.close()
+    for eng, d in (("invar", inv), ("llama.cpp", lla)):
+        for test, xs in d.items():
+            if xs:
+                results.append({"model": name, "engine": eng, "threads": threads, "test": test,
+                                "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
+
+
+def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
+    inv, lla = [], []
+    llama = None
+    if not args.skip_llama:
+        llama = LlamaRunner(path, threads, n_seq, 256)
+        llama.decode([exact(SHORT_PROMPT)[1] for _ in range(n_seq)], 2)   # warm-up
+    for rep in range(args.reps):
+        r = invar_rep(invar, path, threads, n_seq, args.tokens, lambda: exact(SHORT_PROMPT), None)
+        inv.append(n_seq * args.tokens / r["decode_s"])
+        if llama:
+            prompts = [exact(SHORT_PROMPT)[1] for _ in range(n_seq)]
+            lla.append(n_seq * args.tokens / llama.decode(prompts, args.tokens))
+        log(f"  {name} N={n_seq} rep {rep + 1}: invar {inv[-1]:.1f}"
+            + (f" | llama.cpp {lla[-1]:.1f}" if llama else "") + " tok/s")
+    if llama:
+        llama.close()
+    for eng, xs in (("invar", inv), ("llama.cpp", lla)):
+        if xs:
+            results.append({"model": name, "engine": eng, "threads": threads, "test": "agg",
+                            "n_seq": n_seq, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
+
+
+def find(results, **kw):
+    for r in results:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r["median"]
+    return None
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def machine_info():
+    info = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in lscpu.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("Model name", "L2 cache", "L3 cache", "Hypervisor vendor"):
+                info[k.strip()] = v.strip()
+        with open("/proc/meminfo") as f:
+            info["mem_total"] = f.readline().split(":")[1].strip()
+    except OSError:
+        pass
+    return info
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def git_commit():
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+# ----------------------------------------------------------------------------- report
+
+def summarise(results, models, bw, threads_list, ns):
+    """Table rows and the goal checks of the issue."""
+    rows, goals = [], []
+    tmax = max(threads_list)
+    for name, _, wb, _ in models:
+        for test in ("pp", "tg"):
+            for t in threads_list:
+                a = find(results, model=name, engine="invar", threads=t, test=test)
+                b = find(results, model=name, engine="llama.cpp", threads=t, test=test)
+                row = {"model": name, "test": f"{'pp512' if test == 'pp' else 'tg'}", "threads": t,
+                       "invar": a, "llama.cpp": b, "ratio": ratio(a, b)}
+                if test == "tg":
+                    row["invar_bw_fraction"] = a * wb / (bw[t] * 1e9) if a else None
+                    row["llama_bw_fraction"] = b * wb / (bw[t] * 1e9) if b else None
+                rows.append(row)
+    for n in ns:
+        a = find(results, model="Q4_1", engine="invar", threads=tmax, test="agg", n_seq=n)
+        b = find(results, model="Q4_1", engine="llama.cpp", threads=tmax, test="agg", n_seq=n)
+        rows.append({"model": "Q4_1", "test": f"agg x{n}", "threads": tmax, "invar": a,
+                     "llama.cpp": b, "ratio": ratio(a, b)})
+
+    def goal(text, value, target, ok):
+        goals.append({"goal": text, "value": value, "target": target,
+                      "met": bool(ok) if value is not None else None})
+    for name, _, _, _ in models:
+        tg = next(r for r in rows if r["model"] == name and r["test"] == "tg" and r["threads"] == tmax)
+        f = tg["invar_bw_fraction"]
+        goal(f"{name} decode >= 80% of bandwidth bound", f, 0.8, f is not None and f >= 0.8)
+        goal(f"{name} decode ahead of llama.cpp", tg["ratio"], 1.0, tg["ratio"] and tg["ratio"] > 1.0)
+    pp = next(r for r in rows if r["model"] == "Q4_1" and r["test"] == "pp512" and r["threads"] == tmax)
+    goal("Q4_1 pp512 >= 2x llama.cpp", pp["ratio"], 2.0, pp["ratio"] and pp["ratio"] >= 2.0)
+    for n in (16, 64):
+        r = next((r for r in rows if r["test"] == f"agg x{n}"), None)
+        if r:
+            goal(f"aggregate decode x{n} >= 3x llama.cpp", r["ratio"], 3.0, r["ratio"] and r["ratio"] >= 3.0)
+    a16 = find(results, model="Q4_1", engine="invar", test="agg", n_seq=16)
+    a64 = find(results, model="Q4_1", engine="invar", test="agg", n_seq=64)
+    if a16 and a64:
+        goal("invar aggregate decode grows from x16 to x64", a64 / a16, 1.0, a64 > a16)
+    if 1 in threads_list and 2 in threads_list:
+        p1 = find(results, model="Q4_1", engine="invar", threads=1, test="pp")
+        p2 = find(results, model="Q4_1", engine="invar", threads=2, test="pp")
+        goal("invar pp512 scaling 1 -> 2 threads >= 1.8x", ratio(p2, p1), 1.8, ratio(p2, p1) and p2 / p1 >= 1.8)
+    return rows, goals
+
+
+def fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(rows, goals, bw, models):
+    print()
+    print("weights read per decoded token: " + ", ".join(f"{n} {wb / 1e6:.1f} MB" for n, _, wb, _ in models))
+    print("streaming read (1 GiB, median): " + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(bw.items())))
+    print()
+    print(f"{'model':6} {'test':9} {'thr':>3} {'invar tok/s':>12} {'llama.cpp':>10} {'ratio':>6} "
+          f"{'invar %bw':>9} {'llama %bw':>9}")
+    for r in rows:
+        bwa = r.get("invar_bw_fraction")
+        bwb = r.get("llama_bw_fraction")
+        print(f"{r['model']:6} {r['test']:9} {r['threads']:>3} {fmt(r['invar']):>12} {fmt(r['llama.cpp']):>10} "
+              f"{fmt(r['ratio'], '.2f'):>6} {fmt(bwa * 100 if bwa else None, '.0f'):>9} "
+              f"{fmt(bwb * 100 if bwb else None, '.0f'):>9}")
+    print()
+    for g in goals:
+        mark = {True: "MET ", False: "MISS", None: "n/a "}[g["met"]]
+        print(f"[{mark}] {g['goal']}: {fmt(g['value'], '.2f')} (target {g['target']})")
+
+
+def plot(path, rows, models, bw, ns, threads_list):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tmax = max(threads_list)
+    fig, ax = plt.subplots(1, 4, figsize=(20, 4.6))
+    names = [m[0] for m in models]
+    x = np.arange(len(names))
+    w = 0.38
+    for k, (test, title) in enumerate((("pp512", "prefill pp512"), ("tg", "decode, 1 sequence"))):
+        inv = [next((r["invar"] for r in rows if r["model"] == n and r["test"] == test and r["threads"] == tmax), None) or 0
+               for n in names]
+        lla = [next((r["llama.cpp"] for r in rows if r["model"] == n and r["test"] == test and r["threads"] == tmax), None) or 0
+               for n in names]
+        ax[k].bar(x - w / 2, inv, w, label="invar")
+        ax[k].bar(x + w / 2, lla, w, label="llama.cpp")
+        if test == "tg":
+            bound = [bw[tmax] * 1e9 / wb for _, _, wb, _ in models]
+            ax[k].scatter(x, bound, marker="_", s=900, color="k", label="DRAM bandwidth bound")
+        ax[k].set_xticks(x, names)
+        ax[k].set_ylabel("tokens/s")
+        ax[k].set_title(f"{title} ({tmax} threads)")
+        ax[k].legend(fontsize=8)
+    inv = [next((r["invar"] for r in rows if r["test"] == f"agg x{n}"), None) for n in ns]
+    lla = [next((r["llama.cpp"] for r in rows if r["test"] == f"agg x{n}"), None) for n in ns]
+    ax[2].plot(ns, inv, "o-", label="invar")
+    if any(lla):
+        ax[2].plot(ns, lla, "s-", label="llama.cpp")
+    ax[2].set_xscale("log", base=2)
+    ax[2].set_xticks(ns, [str(n) for n in ns])
+    ax[2].set_xlabel("concurrent sequences")
+    ax[2].set_ylabel("total tokens/s")
+    ax[2].set_title(f"aggregate decode, Q4_1 ({tmax} threads)")
+    ax[2].legend(fontsize=8)
+    for eng, mk in (("invar", "o-"), ("llama.cpp", "s-")):
+        ys = [next((r[eng] for r in rows if r["model"] == "Q4_1" and r["test"] == "pp512" and r["threads"] == t), None)
+              for t in threads_list]
+        if all(ys):
+            ax[3].plot(threads_list, ys, mk, label=eng)
+    ax[3].set_xticks(threads_list)
+    ax[3].set_xlabel("threads")
+    ax[3].set_ylabel("tokens/s")
+    ax[3].set_title("prefill pp512 thread scaling, Q4_1")
+    ax[3].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="3 repetitions, 32 decode tokens, N in 1,16,64")
+    ap.add_argument("--reps", type=int, help="repetitions per measurement (default 5, 3 with --quick)")
+    ap.add_argument("--tokens", type=int, help="decoded tokens per sequence (default 128, 32 with --quick)")
+    ap.add_argument("--threads", default="1,2", help="thread counts for pp/tg (default 1,2)")
+    ap.add_argument("--concurrency", help="aggregate decode sequence counts (default 1,4,16,64)")
+    ap.add_argument("--invar", default=os.path.join(ROOT, "build", "invar"), help="invar binary")
+    ap.add_argument("--skip-llama", action="store_true", help="measure invar only")
+    ap.add_argument("--skip-random", action="store_true", help="only the default Q4_1 model")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--tag", help="file name suffix (default: UTC date and time)")
+    args = ap.parse_args()
+    args.reps = args.reps or (3 if args.quick else 5)
+    args.tokens = args.tokens or (32 if args.quick else 128)
+    threads_list = sorted(int(t) for t in args.threads.split(","))
+    ns = [int(n) for n in (args.concurrency or ("1,16,64" if args.quick else "1,4,16,64")).split(",")]
+    invar = os.path.abspath(args.invar)
+    if not os.access(invar, os.X_OK):
+        sys.exit(f"no invar binary at {invar} (cmake --build build)")
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load0 = load_average()
+    models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random)]
+    stream = build_stream_read()
+    exact = make_prompts(invar, DEFAULT_MODEL, 1234)
+    prompt_cache = {n: [exact(n) for _ in range(64 * 3 + 8)] for n in (SHORT_PROMPT,)}
+    pools = {n: iter(v) for n, v in prompt_cache.items()}
+
+    def exact_cycled(n):
+        # Short prompts come from a pre-tokenised pool; long ones are built on demand.
+        if n in prompt_cache:
+            try:
+                return next(pools[n])
+            except StopIteration:
+                pools[n] = iter(prompt_cache[n])
+                return next(pools[n])
+        return exact(n)
+
+    bw_samples = {t: [] for t in threads_list}
+    log("streaming-read bandwidth ...")
+    for t in threads_list:
+        bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
+    cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
+
+    results = []
+    for name, path, wb, _ in models:
+        for t in threads_list:
+            log(f"{name}: pp{PP_TOKENS} + tg{args.tokens}, {t} thread(s)")
+            bench_single(args, invar, name, path, t, exact_cycled, wb, results)
+    tmax = max(threads_list)
+    for n in ns:
+        if n == 1:
+            for eng in ("invar", "llama.cpp"):
+                v = find(results, model="Q4_1", engine=eng, threads=tmax, test="tg")
+                src = next((r for r in results if r["model"] == "Q4_1" and r["engine"] == eng
+                            and r["threads"] == tmax and r["test"] == "tg"), None)
+                if v is not None:
+                    results.append({"model": "Q4_1", "engine": eng, "threads": tmax, "test": "agg", "n_seq": 1,
+                                    "tokens_per_s": src["tokens_per_s"], "median": v, "best": src["best"]})
+            continue
+        log(f"Q4_1: aggregate decode, {n} sequences")
+        bench_aggregate(args, invar, "Q4_1", DEFAULT_MODEL, tmax, n, exact_cycled, results)
+
+    log("streaming-read bandwidth again ...")
+    for t in threads_list:
+        bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
+    bw = {t: median(v) for t, v in bw_samples.items()}
+    rows, goals = summarise(results, models, bw, threads_list, ns)
+    print_table(rows, goals, bw, models)
+    print(f"\n(96 MiB read, fits the last-level cache: "
+          + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(cache_bw.items())) + ")")
+    load1 = load_average()
+    print(f"load average at start {load0}, at end {load1} on {os.cpu_count()} CPUs")
+
+    import llama_cpp
+    tag = args.tag or started.strftime("%Y%m%d-%H%M")
+    os.makedirs(args.out_dir, exist_ok=True)
+    report = {
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(), "load_average_start": load0, "load_average_end": load1,
+        "invar_commit": git_commit(), "invar_binary": invar, "llama_cpp_python": llama_cpp.__version__,
+        "settings": {"reps": args.reps, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
+                     "short_prompt_tokens": SHORT_PROMPT, "threads": threads_list, "concurrency": ns,
+                     "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax"},
+        "models": [{"name": n, "path": os.path.relpath(p, ROOT), "weight_bytes_per_token": wb, "matmul_types": ty}
+                   for n, p, wb, ty in models],
+        "stream_read_gbps": {"1GiB_samples": bw_samples, "1GiB_median": bw, "96MiB_median": cache_bw},
+        "results": results, "table": rows, "goals": goals,
+    }
+    jpath = os.path.join(args.out_dir, f"cpu_{tag}.json")
+    with open(jpath, "w") as f:
+        json.dump(report, f, indent=1)
+    ppath = os.path.join(args.out_dir, f"cpu_{tag}.png")
+    plot(ppath, rows, models, bw, ns, threads_list)
+    print(f"\nwrote {os.path.relpath(jpath, ROOT)} and {os.path.relpath(ppath, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
