@@ -564,14 +564,14 @@ static void test_cancel_from_callback(void **state) {
     g_cb_trigger = invar_engine_submit(e, slice(0, 8), 8, &s);
     g_cb_victim = invar_engine_submit(e, slice(10, 8), 8, &s);
     run_all(e, 40);
-    assert_true(g_cancelled);
     run_out got;
     collect(e, g_cb_victim, &got);
+    invar_engine_free(e); /* before the checks: a failure must not leak it */
+    assert_true(g_cancelled);
     if (g_victim_tokens_after_cancel)
         fail_msg("the cancelled request got %d token(s) after invar_engine_cancel returned", g_victim_tokens_after_cancel);
     assert_int_equal(got.finish, INVAR_FINISH_CANCELLED);
     assert_int_equal(got.n, g_victim_tokens_at_cancel);
-    invar_engine_free(e);
 }
 
 /* ---- ids ------------------------------------------------------------------------ */
@@ -633,10 +633,14 @@ static void test_huge_max_tokens_stops_at_context(void **state) {
     run_all(e, 40);
     invar_result r;
     assert_int_equal(invar_engine_result(e, id, &r), 0);
-    if (r.finish == INVAR_FINISH_ERROR) fail_msg("max_tokens = INT32_MAX rejected: %s", r.error);
-    assert_int_equal(r.finish, INVAR_FINISH_LENGTH);
-    assert_int_equal(r.n_tokens, 12);
-    invar_engine_free(e);
+    char error[200] = "";
+    if (r.error) snprintf(error, sizeof error, "%s", r.error);
+    const invar_finish finish = r.finish;
+    const int64_t n_tokens = r.n_tokens;
+    invar_engine_free(e); /* before the checks: a failure must not leak it */
+    if (finish == INVAR_FINISH_ERROR) fail_msg("max_tokens = INT32_MAX rejected: %s", error);
+    assert_int_equal(finish, INVAR_FINISH_LENGTH);
+    assert_int_equal(n_tokens, 12);
 }
 
 int main(void) {
