@@ -1,0 +1,51 @@
+/* libFuzzer target for the tokenizer on the default model's vocabulary: any byte string
+ * must encode without crashing (special-token parsing on and off), every id must be in
+ * range, and decoding must give back the input whenever every byte has a token. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+static tokenizer *g_tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    const char *env = getenv("INVAR_MODEL");
+    char path[4096];
+    if (env && *env) snprintf(path, sizeof path, "%s", env);
+    else snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", INVAR_SOURCE_DIR);
+    char err[256];
+    gguf_file *f;
+    if (gguf_open(path, &f, err, sizeof err) || tokenizer_load(f, &g_tok, err, sizeof err)) {
+        fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", path, err);
+        abort();
+    }
+    gguf_close(f);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size > 4096) return 0;
+    const char *text = (const char *)data;
+    int32_t ids[4096 + 2];
+    const int32_t n_vocab = tokenizer_n_vocab(g_tok);
+    for (int special = 0; special < 2; special++) {
+        int64_t n = tokenizer_encode(g_tok, text, size, false, special, ids, 4096 + 2);
+        if (n < 0 || n > (int64_t)size) __builtin_trap(); /* byte-level BPE: at most one id per byte */
+        bool all_known = true;
+        for (int64_t i = 0; i < n; i++) {
+            if (ids[i] < 0 || ids[i] >= n_vocab) __builtin_trap();
+            if (ids[i] == 0) all_known = false; /* <unk>: a byte the vocabulary lacks */
+        }
+        char out[4096 * 4 + 1];
+        int64_t len = tokenizer_decode(g_tok, ids, n, false, out, sizeof out);
+        if (len < 0) __builtin_trap();
+        if (all_known && !special && (len != (int64_t)size || memcmp(out, data, size))) __builtin_trap();
+    }
+    return 0;
+}
