@@ -16,7 +16,7 @@
 #define GEMM_MMA_M 64       /* wgmma.m64n128k16: the only MMA instruction used */
 #define GEMM_MMA_N 128
 #define GEMM_MMA_K 16
-#define GEMM_KC 512         /* absolute K chunk at which partial sums restart */
+#define GEMM_KC 1024        /* absolute K chunk at which partial sums restart */
 #define GEMM_BN 128         /* every config: one wgmma covers the tile's N */
 
 /* Config "small": 1 consumer warpgroup, 64-row tiles, deep pipeline (memory-bound shapes). */
