@@ -270,12 +270,14 @@ extern "C" int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, cons
 
 
 /* Log-softmax on a cluster of LSM_CLUSTER CTAs per row: CTA q keeps the q-th segment of the
- * row in shared memory, so the row is read from memory once. Each CTA reduces its segment to
+ * row in shared memory, so the row is read from memory once; two clusters share each group of
+ * SMs, so one's reads overlap the other's writes. Each CTA reduces its segment to
  * (max, sum exp) with the fixed block tree, the CTAs read each other's pair through
  * distributed shared memory and merge them in rank order (every CTA does the same merge, so
  * all get the same lse), then write their segment. The segment boundaries depend only on V. */
-#define LSM_CLUSTER 4
-#define LSM_MAX_SEG (32 * 1024) /* floats per CTA: V <= 4 * 32768 */
+#define LSM_CLUSTER 8
+#define LSM_THREADS 512
+#define LSM_MAX_SEG (16 * 1024) /* floats per CTA: V <= 8 * 16384; two CTAs fit on an SM */
 
 static __device__ __forceinline__ float ld_cluster_f32(const float *p, uint32_t rank)
 {
@@ -292,7 +294,7 @@ static __device__ __forceinline__ void cluster_barrier(void)
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-__global__ void __launch_bounds__(VOCAB_THREADS)
+__global__ void __launch_bounds__(LSM_THREADS, 2)
 log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V)
 {
     extern __shared__ float4 seg[];   /* this CTA's segment of the row */
@@ -308,15 +310,15 @@ log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, i
     for (int row = blockIdx.x / LSM_CLUSTER; row < M; row += ncl) {
         const float4 *x = (const float4 *)(logits + (size_t)row * V);
         struct ms t = {-INFINITY, 0.0f};
-        for (int v = v0 + threadIdx.x; v < v1; v += VOCAB_THREADS * VOCAB_UNROLL) {
+        for (int v = v0 + threadIdx.x; v < v1; v += LSM_THREADS * VOCAB_UNROLL) {
             float4 a[VOCAB_UNROLL];
 #pragma unroll
             for (int k = 0; k < VOCAB_UNROLL; k++)
-                if (v + k * VOCAB_THREADS < v1) a[k] = __ldcs(x + v + k * VOCAB_THREADS);
+                if (v + k * LSM_THREADS < v1) a[k] = __ldcs(x + v + k * LSM_THREADS);
 #pragma unroll
             for (int k = 0; k < VOCAB_UNROLL; k++)
-                if (v + k * VOCAB_THREADS < v1) {
-                    seg[v - v0 + k * VOCAB_THREADS] = a[k];
+                if (v + k * LSM_THREADS < v1) {
+                    seg[v - v0 + k * LSM_THREADS] = a[k];
                     t = ms_add(t, a[k].x);
                     t = ms_add(t, a[k].y);
                     t = ms_add(t, a[k].z);
@@ -336,7 +338,7 @@ log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, i
         }
         float lse = __fadd_rn(all.m, logf(all.s));
         float4 *out = (float4 *)(logp + (size_t)row * V);
-        for (int v = v0 + threadIdx.x; v < v1; v += VOCAB_THREADS) {
+        for (int v = v0 + threadIdx.x; v < v1; v += LSM_THREADS) {
             float4 a = seg[v - v0];
             a.x = __fsub_rn(a.x, lse);
             a.y = __fsub_rn(a.y, lse);
@@ -358,21 +360,27 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
     if (invar_cuda_check(ctx, cudaFuncSetAttribute(log_softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                          "log_softmax smem"))
         return INVAR_CUDA_ECUDA;
-    /* One cluster per SM group of 4, persistent over rows. */
-    int clusters = ctx->sm_count / LSM_CLUSTER;
-    if (clusters > M) clusters = M;
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeClusterDimension;
     at.val.clusterDim.x = LSM_CLUSTER;
     at.val.clusterDim.y = 1;
     at.val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(clusters * LSM_CLUSTER));
-    cfg.blockDim = dim3(VOCAB_THREADS);
+    cfg.blockDim = dim3(LSM_THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = ctx->stream;
     cfg.attrs = &at;
     cfg.numAttrs = 1;
+    /* Persistent over rows, with only as many clusters as can be resident at once (a second
+     * wave of clusters would double the time). */
+    cfg.gridDim = dim3((unsigned)(LSM_CLUSTER * (ctx->sm_count / LSM_CLUSTER)));
+    int clusters = 0;
+    if (invar_cuda_check(ctx, cudaOccupancyMaxActiveClusters(&clusters, log_softmax_kernel, &cfg),
+                         "log_softmax occupancy"))
+        return INVAR_CUDA_ECUDA;
+    if (clusters < 1) clusters = 1;
+    if (clusters > M) clusters = M;
+    cfg.gridDim = dim3((unsigned)(clusters * LSM_CLUSTER));
     return invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, log_softmax_kernel, logits, logp, M, V),
                             "log_softmax launch");
 }
