@@ -33,7 +33,8 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 DEFAULT_TOKENIZER_MODEL = os.environ.get(
-    "INVAR_MODEL", "/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    "INVAR_MODEL",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 ARCHES = ("llama", "qwen2", "qwen3")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")

@@ -198,7 +198,7 @@ int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_pr
     r->cap_seq = n_prompt + s->max_tokens;
     if (r->cap_seq > e->cfg.n_ctx) r->cap_seq = e->cfg.n_ctx;
     r->seq = malloc(sizeof(int32_t) * (size_t)r->cap_seq);
-    r->out = malloc(sizeof(invar_token_info) * (size_t)s->max_tokens);
+    r->out = malloc(sizeof(invar_token_info) * (size_t)(r->cap_seq - n_prompt)); /* at most this many */
     r->blocks = malloc(sizeof(int32_t) * (size_t)blocks_needed(e, r));
     if (!r->seq || !r->out || !r->blocks) return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
@@ -237,13 +237,15 @@ static void admit(invar_engine *e) {
     }
 }
 
+/* Records a token and finishes the request if it is done. The callback runs last and r is
+ * not touched after it, so a callback may cancel or release requests, this one included. */
 static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     r->out[r->n_out++] = *info;
     r->seq[r->n_seq++] = info->token;
-    if (e->cb) e->cb(e->cb_user, r->id, info);
     const model *m = e->im->m;
     if (!r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token)) finish(e, r, INVAR_FINISH_STOP);
     else if (r->n_out >= r->samp.max_tokens || r->n_seq >= e->cfg.n_ctx) finish(e, r, INVAR_FINISH_LENGTH);
+    if (e->cb) e->cb(e->cb_user, r->id, info);
 }
 
 int invar_engine_step(invar_engine *e) {
@@ -281,6 +283,7 @@ int invar_engine_step(invar_engine *e) {
         const int64_t V = e->im->m->cfg.n_vocab;
         for (int64_t i = 0; i < n_logits; i++) {
             request *r = e->reqs[e->b_logit_req[i]];
+            if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
             invar_token_info info;
             sampler_choose(e->logits + i * V, V, &r->samp, r->n_seq, &info, e->work_idx, e->work_p);
             emit(e, r, &info);

@@ -92,7 +92,9 @@ static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling
         n = collect(w, n_vocab, c, idx, &mass);
         if (c == s->min_p || cut == 0.0f) break;                    /* exact: all that min-p keeps */
         if (s->top_k > 0 && n >= s->top_k) break;                   /* holds the top-k prefix */
-        if (s->top_k == 0 && mass >= (double)s->top_p * total * (1.0 + 1e-9)) break; /* holds the top-p prefix */
+        /* holds the top-p prefix (with min-p on, top-p is measured against everything min-p
+         * keeps, so the loop must reach the exact min-p set instead) */
+        if (s->top_k == 0 && s->min_p == 0.0f && mass >= (double)s->top_p * total * (1.0 + 1e-9)) break;
     }
     qsort_r(idx, (size_t)n, sizeof *idx, by_logit_desc, (void *)logits);
     if (s->top_k > 0 && s->top_k < n) n = s->top_k;

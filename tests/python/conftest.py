@@ -1,9 +1,9 @@
 """Shared pytest fixtures: paths, and synthetic GGUF models made once per session.
 
 Environment:
-  INVAR_BUILD_DIR  cmake build directory (default /work/main/build)
+  INVAR_BUILD_DIR  cmake build directory (default <repo>/build)
   INVAR_BIN        invar binary (default $INVAR_BUILD_DIR/invar)
-  INVAR_MODEL      default model (default /work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf)
+  INVAR_MODEL      default model (default <repo>/models/SmolLM2-135M-Instruct.Q4_1.gguf)
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ TOOLS_DIR = REPO_ROOT / "tools"
 if str(TOOLS_DIR) not in sys.path:  # tools/*.py are importable by tests
     sys.path.insert(0, str(TOOLS_DIR))
 
-BUILD_DIR = Path(os.environ.get("INVAR_BUILD_DIR", "/work/main/build"))
+BUILD_DIR = Path(os.environ.get("INVAR_BUILD_DIR", str(REPO_ROOT / "build")))
 INVAR_BIN = Path(os.environ.get("INVAR_BIN", str(BUILD_DIR / "invar")))
 DEFAULT_MODEL = Path(os.environ.get(
-    "INVAR_MODEL", "/work/main/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    "INVAR_MODEL", str(REPO_ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")))
 
 # name -> make_tiny_model.make_model keyword arguments.
 SYNTHETIC_VARIANTS = {
