@@ -85,7 +85,7 @@ int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *pos, const 
 /* out[m] = table[ids[m]], rows of D bf16 (zeros for an id outside [0, V)). D % 32 == 0. */
 int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, const int32_t *ids,
                      uint16_t *out, int M, int D, int V);
-/* logp[M,V] (fp32) = log_softmax(logits[M,V]) with logits fp32. V % 4 == 0, V <= 131072. */
+/* logp[M,V] (fp32) = log_softmax(logits[M,V]) with logits fp32. V % 4 == 0. */
 int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, float *logp, int M, int V);
 /* Samples one token per row from softmax(logits/temperature[m]); temperature 0 = argmax
  * (lowest id on ties). u[m] in [0,1) is the row's uniform draw (the caller derives it from

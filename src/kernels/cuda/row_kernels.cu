@@ -265,88 +265,56 @@ extern "C" int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, cons
     return invar_cuda_check(ctx, cudaGetLastError(), "embed launch");
 }
 
-/* ---- log-softmax over the vocabulary ---- */
+/* ---- log-softmax over the vocabulary ----
+ * A persistent grid (two CTAs per SM) walks the rows; each row is read twice (statistics,
+ * then output): 513 KB rows do not fit on chip. */
 #define VOCAB_UNROLL 4
 
-
-/* Log-softmax on a cluster of LSM_CLUSTER CTAs per row: CTA q keeps the q-th segment of the
- * row in shared memory, so the row is read from memory once; two clusters share each group of
- * SMs, so one's reads overlap the other's writes. Each CTA reduces its segment to
- * (max, sum exp) with the fixed block tree, the CTAs read each other's pair through
- * distributed shared memory and merge them in rank order (every CTA does the same merge, so
- * all get the same lse), then write their segment. The segment boundaries depend only on V. */
-#define LSM_CLUSTER 8
-#define LSM_THREADS 512
-#define LSM_MAX_SEG (16 * 1024) /* floats per CTA: V <= 8 * 16384; two CTAs fit on an SM */
-
-static __device__ __forceinline__ float ld_cluster_f32(const float *p, uint32_t rank)
+static __device__ struct ms row_ms(const float *x, int V, float *sh)
 {
-    uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
+    struct ms t = {-INFINITY, 0.0f};
+    int nv = V / 4;
+    for (int v0 = threadIdx.x; v0 < nv; v0 += VOCAB_THREADS * VOCAB_UNROLL) {
+        float4 a[VOCAB_UNROLL];
+#pragma unroll
+        for (int k = 0; k < VOCAB_UNROLL; k++)
+            if (v0 + k * VOCAB_THREADS < nv) a[k] = __ldg((const float4 *)x + v0 + k * VOCAB_THREADS);
+#pragma unroll
+        for (int k = 0; k < VOCAB_UNROLL; k++)
+            if (v0 + k * VOCAB_THREADS < nv) {
+                t = ms_add(t, a[k].x);
+                t = ms_add(t, a[k].y);
+                t = ms_add(t, a[k].z);
+                t = ms_add(t, a[k].w);
+            }
+    }
+    return block_ms(t, sh);
 }
 
-static __device__ __forceinline__ void cluster_barrier(void)
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__global__ void __launch_bounds__(LSM_THREADS, 2)
+__global__ void __launch_bounds__(VOCAB_THREADS)
 log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V)
 {
-    extern __shared__ float4 seg[];   /* this CTA's segment of the row */
     __shared__ float sh[66];
-    __shared__ float pair[2];         /* (max, sum) of this CTA's segment, read by the others */
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    const int nv = V / 4;
-    const int per = (nv + LSM_CLUSTER - 1) / LSM_CLUSTER; /* float4 per segment */
-    const int v0 = (int)rank * per;
-    const int v1 = min(nv, v0 + per);
-    const int ncl = gridDim.x / LSM_CLUSTER;
-    for (int row = blockIdx.x / LSM_CLUSTER; row < M; row += ncl) {
-        const float4 *x = (const float4 *)(logits + (size_t)row * V);
-        struct ms t = {-INFINITY, 0.0f};
-        for (int v = v0 + threadIdx.x; v < v1; v += LSM_THREADS * VOCAB_UNROLL) {
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const float *x = logits + (size_t)row * V;
+        struct ms t = row_ms(x, V, sh);
+        float lse = __fadd_rn(t.m, logf(t.s));
+        int nv = V / 4;
+        for (int v0 = threadIdx.x; v0 < nv; v0 += VOCAB_THREADS * VOCAB_UNROLL) {
             float4 a[VOCAB_UNROLL];
 #pragma unroll
             for (int k = 0; k < VOCAB_UNROLL; k++)
-                if (v + k * LSM_THREADS < v1) a[k] = __ldcs(x + v + k * LSM_THREADS);
+                if (v0 + k * VOCAB_THREADS < nv) a[k] = __ldcs((const float4 *)x + v0 + k * VOCAB_THREADS);
 #pragma unroll
             for (int k = 0; k < VOCAB_UNROLL; k++)
-                if (v + k * LSM_THREADS < v1) {
-                    seg[v - v0 + k * LSM_THREADS] = a[k];
-                    t = ms_add(t, a[k].x);
-                    t = ms_add(t, a[k].y);
-                    t = ms_add(t, a[k].z);
-                    t = ms_add(t, a[k].w);
+                if (v0 + k * VOCAB_THREADS < nv) {
+                    a[k].x = __fsub_rn(a[k].x, lse);
+                    a[k].y = __fsub_rn(a[k].y, lse);
+                    a[k].z = __fsub_rn(a[k].z, lse);
+                    a[k].w = __fsub_rn(a[k].w, lse);
+                    __stcs((float4 *)(logp + (size_t)row * V) + v0 + k * VOCAB_THREADS, a[k]);
                 }
         }
-        t = block_ms(t, sh);
-        if (threadIdx.x == 0) {
-            pair[0] = t.m;
-            pair[1] = t.s;
-        }
-        cluster_barrier(); /* every CTA's pair is written */
-        struct ms all = {-INFINITY, 0.0f};
-        for (uint32_t r = 0; r < LSM_CLUSTER; r++) {
-            struct ms o = {ld_cluster_f32(&pair[0], r), ld_cluster_f32(&pair[1], r)};
-            all = ms_merge(all, o);
-        }
-        float lse = __fadd_rn(all.m, logf(all.s));
-        float4 *out = (float4 *)(logp + (size_t)row * V);
-        for (int v = v0 + threadIdx.x; v < v1; v += LSM_THREADS) {
-            float4 a = seg[v - v0];
-            a.x = __fsub_rn(a.x, lse);
-            a.y = __fsub_rn(a.y, lse);
-            a.z = __fsub_rn(a.z, lse);
-            a.w = __fsub_rn(a.w, lse);
-            __stcs(out + v, a);
-        }
-        cluster_barrier(); /* pairs read by all before the next row overwrites them */
     }
 }
 
@@ -354,35 +322,9 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
 {
     if (M < 0 || V <= 0 || V % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "log_softmax: bad V=%d", V);
     if (M == 0) return 0;
-    int per = (V / 4 + LSM_CLUSTER - 1) / LSM_CLUSTER;
-    size_t smem = (size_t)per * 16;
-    if (per * 4 > LSM_MAX_SEG) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "log_softmax: V=%d too large", V);
-    if (invar_cuda_check(ctx, cudaFuncSetAttribute(log_softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                         "log_softmax smem"))
-        return INVAR_CUDA_ECUDA;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = LSM_CLUSTER;
-    at.val.clusterDim.y = 1;
-    at.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(LSM_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx->stream;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    /* Persistent over rows, with only as many clusters as can be resident at once (a second
-     * wave of clusters would double the time). */
-    cfg.gridDim = dim3((unsigned)(LSM_CLUSTER * (ctx->sm_count / LSM_CLUSTER)));
-    int clusters = 0;
-    if (invar_cuda_check(ctx, cudaOccupancyMaxActiveClusters(&clusters, log_softmax_kernel, &cfg),
-                         "log_softmax occupancy"))
-        return INVAR_CUDA_ECUDA;
-    if (clusters < 1) clusters = 1;
-    if (clusters > M) clusters = M;
-    cfg.gridDim = dim3((unsigned)(clusters * LSM_CLUSTER));
-    return invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, log_softmax_kernel, logits, logp, M, V),
-                            "log_softmax launch");
+    int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
+    log_softmax_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, logp, M, V);
+    return invar_cuda_check(ctx, cudaGetLastError(), "log_softmax launch");
 }
 
 /* ---- sampling ----
