@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend, runs its device tests and the benchmark on a Hopper GPU in one go,
-# writing logs, JSON and the chart under $OUT (default ./out-cuda).
+# writing logs, JSON and the chart under $OUT (default ./out/cuda, git-ignored).
 # Usage: scripts/cuda_device_run.sh [tests|bench|torch|all]...   (default: all)
 # Plain nvcc/gcc commands, not CMake: the device image lacks the CPU engine's dependencies.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out-cuda}
+OUT=${OUT:-$PWD/out/cuda}
 B=${INVAR_CUDA_BUILD:-/tmp/invar-cuda-build}
 mkdir -p "$OUT" "$B"
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
