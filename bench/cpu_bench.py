@@ -275,24 +275,44 @@ class LlamaRunner:
         self._decode_argmax(1)
         return time.perf_counter() - t0
 
-    def decode(self, prompts, n_tokens):
-        """Prefill one prompt per sequence (untimed), then n_tokens greedy steps with every
-        sequence in each llama_decode.  Returns the seconds of the decode steps."""
+    def decode(self, prompts, n_tokens, cap_s):
+        """Prefill one prompt per sequence (untimed, packed into n_batch-sized calls), then
+        greedy steps with every sequence in each llama_decode, n_tokens of them or as many
+        as fit in cap_s seconds (llama.cpp's spinning threads can slow to a crawl when the
+        machine is oversubscribed).  Returns (seconds, steps) of the decode steps."""
         self.clear()
         n = len(prompts)
         last = [0] * n
-        for s, ids in enumerate(prompts):   # one call each: prompts are short
-            self._fill([(t, i, s, i == len(ids) - 1) for i, t in enumerate(ids)])
-            last[s] = int(self._decode_argmax(1)[0])
+        entries, owners = [], []
+        cap = max(PP_TOKENS, n)
+
+        def flush():
+            if entries:
+                self._fill(entries)
+                out = self._decode_argmax(len(owners))
+                for s, tok in zip(owners, out):
+                    last[s] = int(tok)
+                entries.clear()
+                owners.clear()
+        for s, ids in enumerate(prompts):
+            if len(entries) + len(ids) > cap:
+                flush()
+            entries.extend((t, i, s, i == len(ids) - 1) for i, t in enumerate(ids))
+            owners.append(s)
+        flush()
         pos = [len(p) for p in prompts]
         t0 = time.perf_counter()
-        for _ in range(n_tokens):
+        steps = 0
+        while steps < n_tokens:
             self._fill([(last[s], pos[s], s, True) for s in range(n)])
             nxt = self._decode_argmax(n)
             for s in range(n):
                 last[s] = int(nxt[s])
                 pos[s] += 1
-        return time.perf_counter() - t0
+            steps += 1
+            if time.perf_counter() - t0 > cap_s:
+                break
+        return time.perf_counter() - t0, steps
 
 
 # ----------------------------------------------------------------------------- runs
@@ -305,7 +325,7 @@ def bench_single(args, invar, name, path, threads, exact, wbytes, results):
         llama = LlamaRunner(path, threads, 1, 1024)
         text, ids = exact(PP_TOKENS)
         llama.prefill(ids)                                 # warm-up: first touch, graph
-        llama.decode([exact(SHORT_PROMPT)[1]], 4)
+        llama.decode([exact(SHORT_PROMPT)[1]], 4, 60)
     for rep in range(args.reps):
         long_text, long_ids = exact(PP_TOKENS)
         r = invar_rep(invar, path, threads, 1, args.tokens, lambda: exact(SHORT_PROMPT), long_text)
@@ -313,7 +333,8 @@ def bench_single(args, invar, name, path, threads, exact, wbytes, results):
         inv["tg"].append(args.tokens / r["decode_s"])
         if llama:
             lla["pp"].append(PP_TOKENS / llama.prefill(long_ids))
-            lla["tg"].append(args.tokens / llama.decode([exact(SHORT_PROMPT)[1]], args.tokens))
+            sec, steps = llama.decode([exact(SHORT_PROMPT)[1]], args.tokens, args.llama_cap)
+            lla["tg"].append(steps / sec)
         log(f"  {name} t={threads} rep {rep + 1}: invar pp {inv['pp'][-1]:.1f} tg {inv['tg'][-1]:.1f}"
             + (f" | llama.cpp pp {lla['pp'][-1]:.1f} tg {lla['tg'][-1]:.1f}" if llama else ""))
     if llama:
@@ -330,13 +351,14 @@ def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
     llama = None
     if not args.skip_llama:
         llama = LlamaRunner(path, threads, n_seq, 256)
-        llama.decode([exact(SHORT_PROMPT)[1] for _ in range(n_seq)], 2)   # warm-up
+        llama.decode([exact(SHORT_PROMPT)[1] for _ in range(n_seq)], 2, 60)   # warm-up
     for rep in range(args.reps):
         r = invar_rep(invar, path, threads, n_seq, args.tokens, lambda: exact(SHORT_PROMPT), None)
         inv.append(n_seq * args.tokens / r["decode_s"])
         if llama:
             prompts = [exact(SHORT_PROMPT)[1] for _ in range(n_seq)]
-            lla.append(n_seq * args.tokens / llama.decode(prompts, args.tokens))
+            sec, steps = llama.decode(prompts, args.tokens, args.llama_cap)
+            lla.append(n_seq * steps / sec)
         log(f"  {name} N={n_seq} rep {rep + 1}: invar {inv[-1]:.1f}"
             + (f" | llama.cpp {lla[-1]:.1f}" if llama else "") + " tok/s")
     if llama:
@@ -380,7 +402,10 @@ def load_average():
 
 def git_commit():
     r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip()
+    d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
+                       capture_output=True, text=True)
+    # Several people share the working tree: say when the binary may hold uncommitted code.
+    return r.stdout.strip() + ("+uncommitted-src" if d.stdout.strip() else "")
 
 
 # ----------------------------------------------------------------------------- report
@@ -512,6 +537,8 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts for pp/tg (default 1,2)")
     ap.add_argument("--concurrency", help="aggregate decode sequence counts (default 1,4,16,64)")
     ap.add_argument("--invar", default=os.path.join(ROOT, "build", "invar"), help="invar binary")
+    ap.add_argument("--llama-cap", type=float, default=20.0,
+                    help="seconds after which a llama.cpp decode measurement stops early (default 20)")
     ap.add_argument("--skip-llama", action="store_true", help="measure invar only")
     ap.add_argument("--skip-random", action="store_true", help="only the default Q4_1 model")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
@@ -550,23 +577,34 @@ def main():
     cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
 
     results = []
+    tag = args.tag or started.strftime("%Y%m%d-%H%M")
+    os.makedirs(args.out_dir, exist_ok=True)
+    partial = os.path.join(args.out_dir, f"cpu_{tag}.partial.json")
+
+    def checkpoint():
+        # A long run on a busy machine may be cut short: keep what is measured so far.
+        with open(partial, "w") as f:
+            json.dump({"bw_samples": bw_samples, "results": results}, f, indent=1)
+    tmax = max(threads_list)
+    # The default model first, aggregate decode included, then the other weight types.
     for name, path, wb, _ in models:
         for t in threads_list:
             log(f"{name}: pp{PP_TOKENS} + tg{args.tokens}, {t} thread(s)")
             bench_single(args, invar, name, path, t, exact_cycled, wb, results)
-    tmax = max(threads_list)
-    for n in ns:
-        if n == 1:
-            for eng in ("invar", "llama.cpp"):
-                v = find(results, model="Q4_1", engine=eng, threads=tmax, test="tg")
-                src = next((r for r in results if r["model"] == "Q4_1" and r["engine"] == eng
-                            and r["threads"] == tmax and r["test"] == "tg"), None)
-                if v is not None:
-                    results.append({"model": "Q4_1", "engine": eng, "threads": tmax, "test": "agg", "n_seq": 1,
-                                    "tokens_per_s": src["tokens_per_s"], "median": v, "best": src["best"]})
+            checkpoint()
+        if name != "Q4_1":
             continue
-        log(f"Q4_1: aggregate decode, {n} sequences")
-        bench_aggregate(args, invar, "Q4_1", DEFAULT_MODEL, tmax, n, exact_cycled, results)
+        for n in ns:
+            if n == 1:
+                for eng in ("invar", "llama.cpp"):
+                    src = next((r for r in results if r["model"] == "Q4_1" and r["engine"] == eng
+                                and r["threads"] == tmax and r["test"] == "tg"), None)
+                    if src is not None:
+                        results.append({**src, "test": "agg", "n_seq": 1})
+                continue
+            log(f"Q4_1: aggregate decode, {n} sequences")
+            bench_aggregate(args, invar, "Q4_1", DEFAULT_MODEL, tmax, n, exact_cycled, results)
+            checkpoint()
 
     log("streaming-read bandwidth again ...")
     for t in threads_list:
@@ -580,8 +618,6 @@ def main():
     print(f"load average at start {load0}, at end {load1} on {os.cpu_count()} CPUs")
 
     import llama_cpp
-    tag = args.tag or started.strftime("%Y%m%d-%H%M")
-    os.makedirs(args.out_dir, exist_ok=True)
     report = {
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -589,7 +625,8 @@ def main():
         "invar_commit": git_commit(), "invar_binary": invar, "llama_cpp_python": llama_cpp.__version__,
         "settings": {"reps": args.reps, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
                      "short_prompt_tokens": SHORT_PROMPT, "threads": threads_list, "concurrency": ns,
-                     "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax"},
+                     "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax",
+                     "llama_decode_cap_s": args.llama_cap},
         "models": [{"name": n, "path": os.path.relpath(p, ROOT), "weight_bytes_per_token": wb, "matmul_types": ty}
                    for n, p, wb, ty in models],
         "stream_read_gbps": {"1GiB_samples": bw_samples, "1GiB_median": bw, "96MiB_median": cache_bw},
@@ -600,6 +637,7 @@ def main():
         json.dump(report, f, indent=1)
     ppath = os.path.join(args.out_dir, f"cpu_{tag}.png")
     plot(ppath, rows, models, bw, ns, threads_list)
+    os.remove(partial)
     print(f"\nwrote {os.path.relpath(jpath, ROOT)} and {os.path.relpath(ppath, ROOT)}")
 
 
