@@ -67,6 +67,8 @@ typedef struct {
     int32_t max_batch_tokens;   /* tokens per forward: decodes + prefill chunks (default 512) */
     int32_t n_ctx;              /* per-sequence context limit, 0 = the model's */
     int64_t kv_mem_mb;          /* KV-cache memory budget (default 1024) */
+    int64_t kv_blocks;          /* if > 0: exactly this many 16-token KV blocks (overrides kv_mem_mb) */
+    bool no_prefix_cache;       /* turn the prefix cache off */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 
@@ -90,6 +92,9 @@ typedef struct {
 /* Called from invar_engine_step for each new token of each request. */
 typedef void (*invar_token_cb)(void *user, int64_t request_id, const invar_token_info *tok);
 
+/* An engine is safe to use from several threads: submit, cancel, result, release and stats
+ * may be called while another thread is inside invar_engine_step (they wait for the step's
+ * lock). The token callback runs inside step; it may call engine functions itself. */
 int invar_engine_create(invar_model *m, const invar_engine_config *cfg, invar_engine **out,
                         char *err, size_t errlen);
 void invar_engine_free(invar_engine *e);
@@ -113,8 +118,18 @@ typedef struct {
     const invar_token_info *tokens; /* n_tokens entries, valid until release */
     int64_t n_prompt;
 } invar_result;
+/* Counters for metrics and tests. */
+typedef struct {
+    int64_t n_queued, n_running;
+    int64_t kv_blocks_total, kv_blocks_free;   /* free includes evictable cached blocks */
+    int64_t prefix_blocks_hit, prefix_blocks_looked_up;
+    int64_t preemptions;
+    int64_t tokens_computed, tokens_generated;
+} invar_engine_stats;
+void invar_engine_get_stats(invar_engine *e, invar_engine_stats *out);
+
 /* Result so far of a request (finish == NONE while running); 0, or -1 for an unknown id. */
-int invar_engine_result(const invar_engine *e, int64_t request_id, invar_result *out);
+int invar_engine_result(invar_engine *e, int64_t request_id, invar_result *out);
 /* Forgets a finished request and frees its result. */
 void invar_engine_release(invar_engine *e, int64_t request_id);
 

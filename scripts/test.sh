@@ -44,7 +44,7 @@ python_tests() {
 sanitizers() {
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=ON -DINVAR_CUDA=OFF >/dev/null &&
         cmake --build build-asan -j"$JOBS" &&
-        (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        (cd build-asan && INVAR_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
             ctest --output-on-failure -j"$JOBS")
 }
 

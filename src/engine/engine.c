@@ -1,10 +1,14 @@
 /* The engine: queue, scheduler and per-request state around the ragged forward pass.
  *
- * Each step: running requests contribute their pending tokens (decodes first, then
- * prefill chunks in arrival order, within the token budget), one forward computes them
- * all, and every request whose pending tokens are all in the cache samples its next
- * token. Nothing a request computes depends on the others: the forward pass and the
- * sampler are per-token / per-row by construction. */
+ * Each step: queued requests are admitted in arrival order (reusing prefix-cached KV
+ * blocks), running requests contribute their pending tokens (decodes first, then prefill
+ * chunks in arrival order, within the token budget), KV blocks are allocated for them,
+ * preempting the most recently admitted requests when blocks run out, one forward computes
+ * all tokens, and every request whose pending tokens are all in the cache samples its next
+ * token. Nothing a request computes depends on the others: the forward pass and the sampler
+ * are per-token / per-row by construction, a prefix-cache hit reuses bits that the same
+ * tokens at the same positions produce anyway, and a preempted request recomputes them. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +16,10 @@
 
 #include "../kernels/cpu/attention.h"
 #include "../model/forward.h"
+#include "block_pool.h"
 #include "engine_internal.h"
-#include "invar.h"
 #include "engine_testing.h"
-#include "kv_blocks.h"
+#include "invar.h"
 #include "sampler.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
@@ -27,8 +31,12 @@ typedef struct {
     int32_t *seq;               /* prompt followed by generated tokens */
     int64_t n_prompt, n_seq, cap_seq;
     int64_t n_cached;           /* tokens of seq whose K/V are in the cache */
-    int32_t *blocks;            /* block table */
-    int64_t n_blocks;
+    int32_t *blocks;            /* block table: ceil(cap_seq / KV_BLOCK) entries */
+    int64_t n_blocks;           /* blocks held */
+    block_hash *hashes;         /* hash chain of seq's full blocks */
+    int64_t n_hashed;           /* blocks of seq hashed so far */
+    int64_t n_registered;       /* full computed blocks offered to the prefix cache */
+    int64_t take;               /* tokens scheduled in the current step */
     invar_token_info *out;
     int64_t n_out;
     invar_finish finish;
@@ -36,11 +44,12 @@ typedef struct {
 } request;
 
 struct invar_engine {
+    pthread_mutex_t lock;       /* recursive: callbacks may call back in */
     invar_model *im;
     invar_engine_config cfg;
     threadpool *tp;
     kv_storage kv;
-    kv_blocks blocks;
+    block_pool pool;
     fwd_state *fwd;
     float *logits;
     int32_t *work_idx;
@@ -49,19 +58,21 @@ struct invar_engine {
     int64_t n_reqs, cap_reqs;
     int64_t *running;           /* ids, in admission order */
     int64_t n_running;
-    int64_t next_queued;        /* lowest id that may still be queued */
+    int64_t first_queued;       /* no queued request has a lower id */
     /* per-step batch buffers */
     int32_t *b_tokens, *b_pos, *b_logit_rows;
     const int32_t **b_tables;
     int64_t *b_logit_req;
     invar_token_cb cb;
     void *cb_user;
+    int64_t n_active;           /* queued or running */
+    int64_t preemptions, tokens_computed, tokens_generated;
     char error[256];
 };
 
 void invar_engine_config_default(invar_engine_config *c) {
     *c = (invar_engine_config){.n_threads = 0, .max_batch = 16, .max_batch_tokens = 512, .n_ctx = 0,
-                               .kv_mem_mb = 1024};
+                               .kv_mem_mb = 1024, .kv_blocks = 0, .no_prefix_cache = false};
 }
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); invar_engine_free(e); return -1; } while (0)
@@ -71,6 +82,11 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     *out = NULL;
     invar_engine *e = calloc(1, sizeof *e);
     if (!e) return -1;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&e->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     if (cfg_in) cfg = *cfg_in;
@@ -80,13 +96,16 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.n_ctx <= 0 || cfg.n_ctx > m->rope_len) cfg.n_ctx = (int32_t)m->rope_len;
     if (cfg.max_batch <= 0) FAIL("max_batch must be > 0");
     if (cfg.max_batch_tokens < cfg.max_batch) cfg.max_batch_tokens = cfg.max_batch;
-    if (cfg.kv_mem_mb <= 0) FAIL("kv_mem_mb must be > 0");
+    if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
     e->im = im;
     e->cfg = cfg;
-    int64_t n_blocks = (int64_t)((size_t)cfg.kv_mem_mb * 1024 * 1024 / kv_bytes_per_block(&m->cfg));
+    int64_t n_blocks = cfg.kv_blocks > 0
+                           ? cfg.kv_blocks
+                           : (int64_t)((size_t)cfg.kv_mem_mb * 1024 * 1024 / kv_bytes_per_block(&m->cfg));
     if (n_blocks < 1) FAIL("KV budget of %lld MiB holds no block", (long long)cfg.kv_mem_mb);
-    if (kv_storage_init(&e->kv, &m->cfg, n_blocks)) FAIL("cannot allocate %lld MiB of KV cache", (long long)cfg.kv_mem_mb);
-    if (kv_blocks_init(&e->blocks, n_blocks)) FAIL("out of memory");
+    if (n_blocks > INT32_MAX) FAIL("KV budget too large");
+    if (kv_storage_init(&e->kv, &m->cfg, n_blocks)) FAIL("cannot allocate %lld KV blocks", (long long)n_blocks);
+    if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
     e->tp = threadpool_create(cfg.n_threads);
     e->fwd = fwd_state_create(m, cfg.max_batch_tokens, cfg.max_batch);
     size_t V = (size_t)m->cfg.n_vocab, T = (size_t)cfg.max_batch_tokens;
@@ -111,6 +130,7 @@ static void request_free(request *r) {
     if (!r) return;
     free(r->seq);
     free(r->blocks);
+    free(r->hashes);
     free(r->out);
     free(r);
 }
@@ -121,7 +141,7 @@ void invar_engine_free(invar_engine *e) {
     free(e->reqs);
     threadpool_destroy(e->tp);
     kv_storage_free(&e->kv);
-    kv_blocks_free(&e->blocks);
+    block_pool_free(&e->pool);
     fwd_state_free(e->fwd);
     free(e->logits);
     free(e->work_idx);
@@ -132,27 +152,33 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_tables);
     free(e->b_logit_rows);
     free(e->b_logit_req);
+    pthread_mutex_destroy(&e->lock);
     free(e);
 }
 
 void invar_engine_set_callback(invar_engine *e, invar_token_cb cb, void *user) {
+    pthread_mutex_lock(&e->lock);
     e->cb = cb;
     e->cb_user = user;
+    pthread_mutex_unlock(&e->lock);
 }
 
 const char *invar_engine_error(const invar_engine *e) { return e->error; }
 
-static int64_t blocks_needed(const invar_engine *e, const request *r) {
-    int64_t n = r->n_prompt + r->samp.max_tokens;
-    if (n > e->cfg.n_ctx) n = e->cfg.n_ctx;
-    return (n + KV_BLOCK - 1) / KV_BLOCK;
+static int64_t blocks_for(int64_t n_tokens) { return (n_tokens + KV_BLOCK - 1) / KV_BLOCK; }
+
+static void release_blocks(invar_engine *e, request *r) {
+    for (int64_t b = r->n_blocks - 1; b >= 0; b--) block_pool_release(&e->pool, r->blocks[b]);
+    r->n_blocks = 0;
+    r->n_cached = 0;
+    r->n_registered = 0;
 }
 
 static void finish(invar_engine *e, request *r, invar_finish why) {
+    if (r->state != REQ_DONE) e->n_active--;
     r->finish = why;
     r->state = REQ_DONE;
-    kv_blocks_release(&e->blocks, r->blocks, r->n_blocks);
-    r->n_blocks = 0;
+    release_blocks(e, r);
 }
 
 static void reject(invar_engine *e, request *r, const char *msg) {
@@ -160,7 +186,32 @@ static void reject(invar_engine *e, request *r, const char *msg) {
     finish(e, r, INVAR_FINISH_ERROR);
 }
 
-int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const invar_sampling *s) {
+static const char *validate(const invar_engine *e, const int32_t *prompt, int64_t n_prompt,
+                            const invar_sampling *s, char *msg, size_t cap) {
+    const char *bad = sampler_check(s);
+    int64_t V = e->im->m->cfg.n_vocab;
+    if (bad) return bad;
+    if (n_prompt <= 0) return "empty prompt";
+    if (n_prompt >= e->cfg.n_ctx) {
+        snprintf(msg, cap, "prompt of %lld tokens does not fit the context of %d tokens", (long long)n_prompt,
+                 e->cfg.n_ctx);
+        return msg;
+    }
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) {
+            snprintf(msg, cap, "token id %d out of range [0, %lld)", prompt[i], (long long)V);
+            return msg;
+        }
+    int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
+    if (need > e->pool.n_total) {
+        snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
+                 (long long)e->pool.n_total);
+        return msg;
+    }
+    return NULL;
+}
+
+static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const invar_sampling *s) {
     if (e->n_reqs == e->cap_reqs) {
         int64_t cap = e->cap_reqs ? e->cap_reqs * 2 : 64;
         request **nr = realloc(e->reqs, sizeof *nr * (size_t)cap);
@@ -171,51 +222,76 @@ int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_pr
     request *r = calloc(1, sizeof *r);
     if (!r) return -1;
     r->id = e->n_reqs;
+    r->state = REQ_DONE; /* until it is fully set up */
     r->samp = *s;
     r->n_prompt = n_prompt > 0 ? n_prompt : 0;
     e->reqs[e->n_reqs++] = r;
-
     char msg[200];
-    const char *bad = sampler_check(s);
-    int64_t V = e->im->m->cfg.n_vocab;
+    const char *bad = validate(e, prompt, n_prompt, s, msg, sizeof msg);
     if (bad) return reject(e, r, bad), r->id;
-    if (n_prompt <= 0) return reject(e, r, "empty prompt"), r->id;
-    if (n_prompt >= e->cfg.n_ctx) {
-        snprintf(msg, sizeof msg, "prompt of %lld tokens does not fit the context of %d tokens",
-                 (long long)n_prompt, e->cfg.n_ctx);
-        return reject(e, r, msg), r->id;
-    }
-    for (int64_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= V) {
-            snprintf(msg, sizeof msg, "token id %d out of range [0, %lld)", prompt[i], (long long)V);
-            return reject(e, r, msg), r->id;
-        }
-    if (blocks_needed(e, r) > e->blocks.n_total) {
-        snprintf(msg, sizeof msg, "request needs %lld KV blocks, more than the whole budget of %lld",
-                 (long long)blocks_needed(e, r), (long long)e->blocks.n_total);
-        return reject(e, r, msg), r->id;
-    }
-    r->cap_seq = n_prompt + s->max_tokens;
-    if (r->cap_seq > e->cfg.n_ctx) r->cap_seq = e->cfg.n_ctx;
+    r->cap_seq = n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx;
     r->seq = malloc(sizeof(int32_t) * (size_t)r->cap_seq);
     r->out = malloc(sizeof(invar_token_info) * (size_t)(r->cap_seq - n_prompt)); /* at most this many */
-    r->blocks = malloc(sizeof(int32_t) * (size_t)blocks_needed(e, r));
-    if (!r->seq || !r->out || !r->blocks) return reject(e, r, "out of memory"), r->id;
+    r->blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
+    r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
+    if (!r->seq || !r->out || !r->blocks || !r->hashes) return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
     r->n_seq = n_prompt;
     r->state = REQ_QUEUED;
+    e->n_active++;
     return r->id;
 }
 
-int invar_engine_cancel(invar_engine *e, int64_t id) {
-    if (id < 0 || id >= e->n_reqs || !e->reqs[id]) return -1;
-    request *r = e->reqs[id];
-    if (r->state == REQ_DONE) return 0;
-    finish(e, r, INVAR_FINISH_CANCELLED);
-    return 0;
+int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const invar_sampling *s) {
+    pthread_mutex_lock(&e->lock);
+    int64_t id = submit_locked(e, prompt, n_prompt, s);
+    pthread_mutex_unlock(&e->lock);
+    return id;
 }
 
-/* Admission in arrival order: a request starts once its whole KV need is reserved. */
+int invar_engine_cancel(invar_engine *e, int64_t id) {
+    pthread_mutex_lock(&e->lock);
+    int rc = -1;
+    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
+        request *r = e->reqs[id];
+        if (r->state != REQ_DONE) finish(e, r, INVAR_FINISH_CANCELLED);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* Hash chain of seq's full blocks up to n_full (computed once per block). */
+static void hash_blocks(request *r, int64_t n_full) {
+    for (; r->n_hashed < n_full; r->n_hashed++) {
+        block_hash prev = r->n_hashed ? r->hashes[r->n_hashed - 1] : (block_hash){0, 0};
+        r->hashes[r->n_hashed] = block_hash_next(prev, r->seq + r->n_hashed * KV_BLOCK, KV_BLOCK);
+    }
+}
+
+/* Starts a queued request: takes the longest cached prefix of whole blocks (leaving at least
+ * one token to compute, whose logits it needs), if the rest of its prompt fits. */
+static bool start(invar_engine *e, request *r) {
+    int64_t n_full = (r->n_seq - 1) / KV_BLOCK;
+    hash_blocks(r, n_full);
+    int64_t hits = 0;
+    while (hits < n_full) {
+        int32_t id = block_pool_lookup(&e->pool, r->hashes[hits]);
+        if (id < 0) break;
+        r->blocks[hits++] = id;
+    }
+    r->n_blocks = hits;
+    if (blocks_for(r->n_seq) - hits > block_pool_available(&e->pool)) {
+        release_blocks(e, r);
+        return false;
+    }
+    r->n_cached = hits * KV_BLOCK;
+    r->n_registered = hits;
+    r->state = REQ_RUNNING;
+    e->running[e->n_running++] = r->id;
+    return true;
+}
+
 static void admit(invar_engine *e) {
     int64_t w = 0;
     for (int64_t i = 0; i < e->n_running; i++) {
@@ -223,18 +299,72 @@ static void admit(invar_engine *e) {
         if (r && r->state == REQ_RUNNING) e->running[w++] = e->running[i];
     }
     e->n_running = w;
-    while (e->next_queued < e->n_reqs) {
-        request *r = e->reqs[e->next_queued];
-        if (r && r->state == REQ_QUEUED) {
-            if (e->n_running == e->cfg.max_batch) return;
-            int64_t need = blocks_needed(e, r);
-            if (kv_blocks_take(&e->blocks, r->blocks, need)) return;
-            r->n_blocks = need;
-            r->state = REQ_RUNNING;
-            e->running[e->n_running++] = r->id;
-        }
-        e->next_queued++;
+    while (e->first_queued < e->n_reqs &&
+           (!e->reqs[e->first_queued] || e->reqs[e->first_queued]->state != REQ_QUEUED))
+        e->first_queued++;
+    /* Arrival order, preempted requests included (they keep their ids): the oldest first. */
+    for (int64_t id = e->first_queued; id < e->n_reqs && e->n_running < e->cfg.max_batch; id++) {
+        request *r = e->reqs[id];
+        if (!r || r->state != REQ_QUEUED) continue;
+        if (!start(e, r)) break;
     }
+}
+
+/* Frees the running request admitted last and puts it back in the queue: it will recompute
+ * its K/V (prompt and generated tokens), which gives the same bits. */
+static void preempt_last(invar_engine *e) {
+    request *v = e->reqs[e->running[--e->n_running]];
+    release_blocks(e, v);
+    v->state = REQ_QUEUED;
+    v->take = 0;
+    if (v->id < e->first_queued) e->first_queued = v->id;
+    e->preemptions++;
+}
+
+/* Decides how many tokens each running request computes this step. Pass 0: decodes (one
+ * pending token), pass 1: prefill chunks, so a long prompt never delays running decodes. */
+static void plan(invar_engine *e) {
+    int64_t budget = e->cfg.max_batch_tokens;
+    for (int64_t i = 0; i < e->n_running; i++) e->reqs[e->running[i]]->take = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t i = 0; i < e->n_running && budget > 0; i++) {
+            request *r = e->reqs[e->running[i]];
+            int64_t pending = r->n_seq - r->n_cached;
+            if (pending == 0 || (pass == 0) != (pending == 1)) continue;
+            r->take = pending < budget ? pending : budget;
+            budget -= r->take;
+        }
+}
+
+/* Gives every planned request the blocks its tokens need, preempting from the back of the
+ * running list when the pool is dry, and planning again after each preemption. */
+static void allocate(invar_engine *e) {
+    for (;;) {
+        plan(e);
+        bool ok = true;
+        for (int64_t i = 0; i < e->n_running && ok; i++) {
+            request *r = e->reqs[e->running[i]];
+            int64_t need = blocks_for(r->n_cached + r->take);
+            while (r->n_blocks < need) {
+                int32_t id = block_pool_alloc(&e->pool);
+                if (id < 0) {
+                    ok = false;
+                    break;
+                }
+                r->blocks[r->n_blocks++] = id;
+            }
+        }
+        if (ok || e->n_running == 0) return;
+        preempt_last(e);
+    }
+}
+
+/* Offers newly completed full blocks to the prefix cache. */
+static void register_blocks(invar_engine *e, request *r) {
+    int64_t n_full = r->n_cached / KV_BLOCK;
+    hash_blocks(r, n_full);
+    for (; r->n_registered < n_full; r->n_registered++)
+        block_pool_register(&e->pool, r->blocks[r->n_registered], r->hashes[r->n_registered]);
 }
 
 /* Records a token and finishes the request if it is done. The callback runs last and r is
@@ -242,44 +372,43 @@ static void admit(invar_engine *e) {
 static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     r->out[r->n_out++] = *info;
     r->seq[r->n_seq++] = info->token;
+    e->tokens_generated++;
     const model *m = e->im->m;
     if (!r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token)) finish(e, r, INVAR_FINISH_STOP);
     else if (r->n_out >= r->samp.max_tokens || r->n_seq >= e->cfg.n_ctx) finish(e, r, INVAR_FINISH_LENGTH);
     if (e->cb) e->cb(e->cb_user, r->id, info);
 }
 
-int invar_engine_step(invar_engine *e) {
+static int step_locked(invar_engine *e) {
     admit(e);
-    int64_t budget = e->cfg.max_batch_tokens, T = 0, n_logits = 0;
-    /* Pass 0 schedules decodes (one pending token), pass 1 prefill chunks: a long prompt
-     * never delays the running decodes. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int64_t i = 0; i < e->n_running && budget > 0; i++) {
+    allocate(e);
+    int64_t T = 0, n_logits = 0;
+    for (int pass = 0; pass < 2; pass++) /* same order as plan() */
+        for (int64_t i = 0; i < e->n_running; i++) {
             request *r = e->reqs[e->running[i]];
-            int64_t pending = r->n_seq - r->n_cached;
-            if (pending == 0 || (pass == 0) != (pending == 1)) continue;
-            int64_t take = pending < budget ? pending : budget;
-            for (int64_t j = 0; j < take; j++) {
+            if (r->take == 0 || (pass == 0) != (r->n_seq - r->n_cached == 1)) continue;
+            for (int64_t j = 0; j < r->take; j++) {
                 int64_t p = r->n_cached + j;
                 e->b_tokens[T] = r->seq[p];
                 e->b_pos[T] = (int32_t)p;
                 e->b_tables[T] = r->blocks;
                 T++;
             }
-            r->n_cached += take;
-            budget -= take;
+            r->n_cached += r->take;
+            r->take = 0;
             if (r->n_cached == r->n_seq) {
                 e->b_logit_rows[n_logits] = (int32_t)(T - 1);
                 e->b_logit_req[n_logits++] = r->id;
             }
         }
-    }
     if (T > 0) {
         fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_logits, e->b_logit_rows};
         if (model_forward(e->im->m, e->fwd, e->tp, &e->kv, &b, e->logits)) {
             snprintf(e->error, sizeof e->error, "forward pass rejected its batch");
             return -1;
         }
+        e->tokens_computed += T;
+        for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, e->reqs[e->running[i]]);
         const int64_t V = e->im->m->cfg.n_vocab;
         for (int64_t i = 0; i < n_logits; i++) {
             request *r = e->reqs[e->b_logit_req[i]];
@@ -289,25 +418,54 @@ int invar_engine_step(invar_engine *e) {
             emit(e, r, &info);
         }
     }
-    int left = 0;
-    for (int64_t i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i] && e->reqs[i]->state != REQ_DONE) left++;
+    return (int)e->n_active;
+}
+
+int invar_engine_step(invar_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    int left = step_locked(e);
+    pthread_mutex_unlock(&e->lock);
     return left;
 }
 
-int invar_engine_result(const invar_engine *e, int64_t id, invar_result *out) {
-    if (id < 0 || id >= e->n_reqs || !e->reqs[id]) return -1;
-    const request *r = e->reqs[id];
-    *out = (invar_result){r->state == REQ_DONE ? r->finish : INVAR_FINISH_NONE,
-                          r->finish == INVAR_FINISH_ERROR ? r->error : NULL, r->n_out, r->out, r->n_prompt};
-    return 0;
+int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
+    pthread_mutex_lock(&e->lock);
+    int rc = -1;
+    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
+        const request *r = e->reqs[id];
+        *out = (invar_result){r->state == REQ_DONE ? r->finish : INVAR_FINISH_NONE,
+                              r->finish == INVAR_FINISH_ERROR ? r->error : NULL, r->n_out, r->out, r->n_prompt};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
 }
 
 void invar_engine_release(invar_engine *e, int64_t id) {
-    if (id < 0 || id >= e->n_reqs || !e->reqs[id]) return;
-    if (e->reqs[id]->state != REQ_DONE) invar_engine_cancel(e, id);
-    request_free(e->reqs[id]);
-    e->reqs[id] = NULL;
+    pthread_mutex_lock(&e->lock);
+    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
+        if (e->reqs[id]->state != REQ_DONE) finish(e, e->reqs[id], INVAR_FINISH_CANCELLED);
+        request_free(e->reqs[id]);
+        e->reqs[id] = NULL;
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
+    pthread_mutex_lock(&e->lock);
+    memset(s, 0, sizeof *s);
+    for (int64_t i = e->first_queued; i < e->n_reqs; i++)
+        if (e->reqs[i] && e->reqs[i]->state == REQ_QUEUED) s->n_queued++;
+    for (int64_t i = 0; i < e->n_running; i++)
+        if (e->reqs[e->running[i]] && e->reqs[e->running[i]]->state == REQ_RUNNING) s->n_running++;
+    s->kv_blocks_total = e->pool.n_total;
+    s->kv_blocks_free = block_pool_available(&e->pool);
+    s->prefix_blocks_hit = e->pool.hits;
+    s->prefix_blocks_looked_up = e->pool.lookups;
+    s->preemptions = e->preemptions;
+    s->tokens_computed = e->tokens_computed;
+    s->tokens_generated = e->tokens_generated;
+    pthread_mutex_unlock(&e->lock);
 }
 
 void invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { fwd_state_set_matmul(e->fwd, fn); }

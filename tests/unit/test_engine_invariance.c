@@ -123,13 +123,22 @@ static int check_batches(matmul_fn mm, int n_prompts, const int *sizes, int n_tr
     return mismatches;
 }
 
+/* INVAR_TEST_QUICK=1 (the sanitizer build in scripts/test.sh) runs a smaller sweep: the
+ * same checks, fewer requests, since instrumented forwards are ~10x slower. */
+static int quick(void) {
+    const char *q = getenv("INVAR_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
 static void test_batches_equal_alone(void **state) {
     (void)state;
     static const int sizes[] = {2, 64, 5, 33, 17, 9};
+    static const int quick_sizes[] = {2, 24, 7};
     int compared;
-    int mismatches = check_batches(NULL, N_PROMPTS, sizes, 6, &compared);
+    int mismatches = quick() ? check_batches(NULL, 8, quick_sizes, 3, &compared)
+                             : check_batches(NULL, N_PROMPTS, sizes, 6, &compared);
     printf("# invariant engine: %d/%d batched requests differ from alone\n", mismatches, compared);
-    assert_true(compared >= 128);
+    assert_true(compared >= (quick() ? 33 : 128));
     assert_int_equal(mismatches, 0);
 }
 

@@ -114,7 +114,7 @@ static invar_sampling sampled(int32_t max_tokens, uint64_t seed) {
     return s;
 }
 
-static void collect(const invar_engine *e, int64_t id, run_out *o) {
+static void collect(invar_engine *e, int64_t id, run_out *o) {
     invar_result r;
     assert_int_equal(invar_engine_result(e, id, &r), 0);
     assert_true(r.n_tokens <= 64);
@@ -153,7 +153,7 @@ static void assert_same(const run_out *a, const run_out *b, const char *what) {
                  b->finish, (long long)a->n, (long long)b->n);
 }
 
-static void assert_rejected(const invar_engine *e, int64_t id, const char *what) {
+static void assert_rejected(invar_engine *e, int64_t id, const char *what) {
     invar_result r;
     if (id < 0) fail_msg("%s: submit returned %lld", what, (long long)id);
     assert_int_equal(invar_engine_result(e, id, &r), 0);
