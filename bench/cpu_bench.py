@@ -216,7 +216,7 @@ class LlamaRunner:
     """llama.cpp through llama-cpp-python's low-level bindings: a context with n_seq
     sequences, each in its own KV stream (kv_unified off, as llama-batched-bench does)."""
 
-    def __init__(self, path, threads, n_seq, n_ctx_seq):
+    def __init__(self, path, threads, n_seq, n_ctx_seq, kv_unified=False):
         import llama_cpp as L
         self.L = L
         L.llama_log_set(_quiet_log(L), ctypes.c_void_p(0))
@@ -231,7 +231,7 @@ class LlamaRunner:
         cp.n_seq_max = n_seq
         cp.n_threads = cp.n_threads_batch = threads
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.kv_unified = False
+        cp.kv_unified = kv_unified
         cp.no_perf = True
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
