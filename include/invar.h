@@ -47,6 +47,12 @@ char *invar_chat_render(const invar_model *m, const invar_chat_message *msgs, si
 int invar_model_logits(const invar_model *m, const int32_t *tokens, int64_t n, int64_t chunk,
                        int32_t n_threads, float *out, char *err, size_t errlen);
 
+/* Score: the logprob of each continuation token after prompt + the continuation before it,
+ * from one prefill pass (`logprobs` gets n_cont values). Bitwise equal to the logprobs the
+ * engine reports when it samples those tokens step by step ("true on-policy" for RL). */
+int invar_score(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
+                int64_t n_cont, int32_t n_threads, float *logprobs, char *err, size_t errlen);
+
 /* ---- sampling ------------------------------------------------------------------- */
 typedef struct {
     int32_t max_tokens;     /* > 0 */

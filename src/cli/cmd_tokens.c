@@ -36,7 +36,7 @@ int cmd_tokenize(int argc, char **argv) {
     return n < 0 ? EXIT_USAGE : EXIT_OK;
 }
 
-static int32_t *parse_id_list(const char *s, int64_t *n) {
+int32_t *parse_id_list(const char *s, int64_t *n) {
     int64_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);

@@ -7,7 +7,7 @@
 
 #include "invar.h"
 
-static invar_model *fixture_model(void) {
+static inline invar_model *fixture_model(void) {
     const char *env = getenv("INVAR_MODEL");
     char path[4096];
     if (env && *env) snprintf(path, sizeof path, "%s", env);
@@ -27,7 +27,7 @@ typedef struct {
 } prompt_ids;
 
 /* n different prompts of varied lengths (about 10 to 40 tokens). */
-static prompt_ids *fixture_prompts(const invar_model *m, int n) {
+static inline prompt_ids *fixture_prompts(const invar_model *m, int n) {
     static const char *topics[] = {"the ocean", "prime numbers", "a red bicycle", "C programming",
                                    "the French revolution", "photosynthesis", "chess openings", "jazz"};
     prompt_ids *p = calloc((size_t)n, sizeof *p);
@@ -43,7 +43,7 @@ static prompt_ids *fixture_prompts(const invar_model *m, int n) {
     return p;
 }
 
-static void fixture_prompts_free(prompt_ids *p, int n) {
+static inline void fixture_prompts_free(prompt_ids *p, int n) {
     for (int i = 0; i < n; i++) free(p[i].ids);
     free(p);
 }
