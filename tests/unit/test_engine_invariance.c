@@ -144,6 +144,7 @@ static void test_batches_equal_alone(void **state) {
 
 static void test_negative_control_splitk_by_batch_size(void **state) {
     (void)state;
+    if (quick()) skip(); /* the Release run holds the negative control */
     static const int sizes[] = {16};
     int compared;
     int mismatches = check_batches(cpu_matmul_splitk_by_m, 6, sizes, 1, &compared);

@@ -8,7 +8,8 @@
  *   preempt     preemption and recompute forced by a tiny KV budget
  *   score       one-pass score == logprobs sampled step by step
  *   threads     1 vs 2 threads
- * INVAR_TEST_QUICK=1 (sanitizer builds) shrinks the sizes, not the checks. */
+ * INVAR_TEST_QUICK=1 (sanitizer builds) shrinks the sizes and leaves the negative controls
+ * to the Release run: the sanitizer run looks for memory errors, not for new bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -121,7 +122,7 @@ static int needle_mismatches(matmul_fn mm, int trials) {
     int bad = 0;
     req *rs = calloc(129, sizeof *rs);
     for (int t = 0; t < trials; t++) {
-        int n = quick() || mm ? 24 : 64 + rnd(65), at = rnd(n + 1);
+        int n = quick() ? 12 : mm ? 24 : 64 + rnd(65), at = rnd(n + 1);
         for (int i = 0, f = 0; i <= n; i++) {
             if (i == at) { rs[i] = needle; continue; }
             char text[128];
@@ -140,7 +141,7 @@ static int needle_mismatches(matmul_fn mm, int trials) {
 static void test_needle(void **s) {
     (void)s;
     assert_int_equal(needle_mismatches(NULL, quick() ? 1 : 5), 0);
-    assert_true(needle_mismatches(cpu_matmul_splitk_by_m, 1) > 0);
+    if (!quick()) assert_true(needle_mismatches(cpu_matmul_splitk_by_m, 1) > 0); /* negative control (Release run) */
 }
 
 /* --- batch 1 vs N, temperature 0.6 ---------------------------------------------------- */
@@ -163,8 +164,8 @@ static int batch_mismatches(matmul_fn mm, int n) {
 
 static void test_batch_1_vs_n_sampled(void **s) {
     (void)s;
-    assert_int_equal(batch_mismatches(NULL, quick() ? 6 : 16), 0);
-    assert_true(batch_mismatches(cpu_matmul_splitk_by_m, 6) > 0);
+    assert_int_equal(batch_mismatches(NULL, quick() ? 4 : 16), 0);
+    if (!quick()) assert_true(batch_mismatches(cpu_matmul_splitk_by_m, 6) > 0); /* negative control (Release run) */
 }
 
 /* --- chunked prefill ------------------------------------------------------------------ */
@@ -180,13 +181,14 @@ static void long_prompt(req *r, float temp, int items) {
 
 static int chunk_mismatches(matmul_fn mm) {
     req r[2];
-    long_prompt(&r[0], 0.0f, mm ? 6 : 40);
-    long_prompt(&r[1], 0.9f, mm ? 6 : 40);
-    assert_true(mm || r[0].n > 300);
+    int items = mm || quick() ? 6 : 40;
+    long_prompt(&r[0], 0.0f, items);
+    long_prompt(&r[1], 0.9f, items);
+    assert_true(items < 40 || r[0].n > 300);
     static const int budgets[] = {16, 64, 256, 2048};
     run_out ref[2], out[2];
     int bad = 0;
-    for (int b = 0; b < (mm ? 2 : 4); b++) {
+    for (int b = 0; b < (mm ? 2 : 4); b += (quick() ? 3 : 1)) {
         invar_engine_config c = config(2, 2, budgets[b], 0, false);
         run(r, 2, &c, mm, b == 0 ? ref : out);
         if (b) bad += !same(&ref[0], &out[0]) + !same(&ref[1], &out[1]);
@@ -197,16 +199,16 @@ static int chunk_mismatches(matmul_fn mm) {
 static void test_chunk_sizes(void **s) {
     (void)s;
     assert_int_equal(chunk_mismatches(NULL), 0);
-    assert_true(chunk_mismatches(cpu_matmul_splitk_by_m) > 0);
+    if (!quick()) assert_true(chunk_mismatches(cpu_matmul_splitk_by_m) > 0); /* negative control (Release run) */
 }
 
 /* --- prefix cache --------------------------------------------------------------------- */
 static int prefix_mismatches(matmul_fn mm, int64_t *hits) {
     /* A shared document, then questions that diverge after prefixes of many lengths. */
     req base;
-    long_prompt(&base, 0.0f, mm ? 6 : 25);
+    long_prompt(&base, 0.0f, mm || quick() ? 6 : 25);
     static const int cut[] = {5, 15, 16, 17, 31, 32, 33, 47, 100, 161, 250};
-    const int n = quick() || mm ? 4 : (int)(sizeof cut / sizeof *cut);
+    const int n = quick() ? 3 : mm ? 4 : (int)(sizeof cut / sizeof *cut);
     assert_true(base.n > cut[n - 1]);
     req *rs = calloc((size_t)n + 1, sizeof *rs);
     run_out *cold = calloc((size_t)n + 1, sizeof *cold), *warm = calloc((size_t)n + 1, sizeof *warm);
@@ -236,12 +238,12 @@ static void test_prefix_cache_cold_vs_warm(void **s) {
     assert_int_equal(prefix_mismatches(NULL, &hits), 0);
     printf("# prefix cache: %lld blocks hit\n", (long long)hits);
     assert_true(hits > 0);
-    assert_true(prefix_mismatches(cpu_matmul_splitk_by_m, &hits) > 0);
+    if (!quick()) assert_true(prefix_mismatches(cpu_matmul_splitk_by_m, &hits) > 0); /* negative control (Release run) */
 }
 
 /* --- preemption ----------------------------------------------------------------------- */
 static int preempt_mismatches(matmul_fn mm, int64_t *preemptions) {
-    const int n = quick() || mm ? 4 : 8;
+    const int n = quick() ? 3 : mm ? 4 : 8;
     req *rs = calloc((size_t)n, sizeof *rs);
     run_out *alone = calloc((size_t)n, sizeof *alone), *squeezed = calloc((size_t)n, sizeof *squeezed);
     for (int i = 0; i < n; i++) {
@@ -269,7 +271,7 @@ static void test_preemption_recompute(void **s) {
     assert_int_equal(preempt_mismatches(NULL, &pre), 0);
     printf("# preemption: %lld preemptions\n", (long long)pre);
     assert_true(pre > 0);
-    assert_true(preempt_mismatches(cpu_matmul_splitk_by_m, &pre) > 0);
+    if (!quick()) assert_true(preempt_mismatches(cpu_matmul_splitk_by_m, &pre) > 0); /* negative control (Release run) */
 }
 
 /* --- score vs sampled ----------------------------------------------------------------- */
@@ -293,12 +295,12 @@ static int score_mismatches(matmul_fn mm, int n) {
 static void test_score_equals_sampled_logprobs(void **s) {
     (void)s;
     assert_int_equal(score_mismatches(NULL, quick() ? 2 : 8), 0);
-    assert_true(score_mismatches(cpu_matmul_splitk_by_m, 2) > 0);
+    if (!quick()) assert_true(score_mismatches(cpu_matmul_splitk_by_m, 2) > 0); /* negative control (Release run) */
 }
 
 /* --- threads -------------------------------------------------------------------------- */
 static int thread_mismatches(matmul_fn mm) {
-    enum { N = 6 };
+    enum { N = 4 };
     req rs[N];
     run_out one[N], two[N];
     for (int i = 0; i < N; i++) {
@@ -317,7 +319,7 @@ static int thread_mismatches(matmul_fn mm) {
 static void test_thread_counts(void **s) {
     (void)s;
     assert_int_equal(thread_mismatches(NULL), 0);
-    assert_true(thread_mismatches(splitk_by_threads) > 0);
+    if (!quick()) assert_true(thread_mismatches(splitk_by_threads) > 0); /* negative control (Release run) */
 }
 
 static int setup(void **state) {
