@@ -20,6 +20,7 @@ static const char *HELP =
     "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
+    "  --timing               add per-request timing (first token, done) to each result\n"
     CLI_ENGINE_HELP
     "\n"
     "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
@@ -34,12 +35,13 @@ typedef struct {
     int64_t n, next_out;
     int64_t *valid_to_all;
     job *valid;
+    bool timing;
 } batch_ctx;
 
 static void flush_ready(batch_ctx *c) {
     while (c->next_out < c->n && c->done[c->next_out]) {
         int64_t i = c->next_out++;
-        char *s = result_to_json(c->m, c->ids[i], &c->jobs[i], c->lines[i]);
+        char *s = result_to_json(c->m, c->ids[i], &c->jobs[i], c->lines[i], c->timing);
         if (s) fprintf(c->out, "%s\n", s);
         free(s);
         fflush(c->out);
@@ -101,9 +103,11 @@ int cmd_batch(int argc, char **argv) {
     const char *model_path = NULL, *in_path = NULL, *out_path = NULL;
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
+    bool timing = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
+        if (!strcmp(a, "--timing")) { timing = true; continue; }
         if (strncmp(a, "--", 2) || i + 1 >= argc) {
             fprintf(stderr, "invar batch: unexpected argument '%s' (see --help)\n", a);
             return EXIT_USAGE;
@@ -123,6 +127,7 @@ int cmd_batch(int argc, char **argv) {
         return EXIT_IO;
     }
     batch_ctx c = {0};
+    c.timing = timing;
     c.m = cli_load_model(model_path);
     if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
     int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;

@@ -13,6 +13,7 @@ typedef struct {
     char *error;                /* owned */
     invar_token_info *toks;     /* owned */
     int64_t n_toks;
+    double t_first, t_done;     /* seconds after run_jobs started: first token, finish */
 } job;
 
 typedef void (*job_done_fn)(void *user, int64_t index);

@@ -130,7 +130,7 @@ static cJSON *f32_json(float v) {
     return cJSON_CreateRaw(buf);
 }
 
-char *result_to_json(const invar_model *m, const cJSON *id, const job *j, int64_t line) {
+char *result_to_json(const invar_model *m, const cJSON *id, const job *j, int64_t line, bool with_timing) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "id", id ? cJSON_Duplicate(id, 1) : cJSON_CreateNull());
     if (j->finish == INVAR_FINISH_ERROR || j->error) {
@@ -162,6 +162,11 @@ char *result_to_json(const invar_model *m, const cJSON *id, const job *j, int64_
         free(text);
         cJSON_AddStringToObject(o, "finish_reason", finish_name(j->finish));
         cJSON_AddNumberToObject(o, "prompt_tokens", (double)j->n_prompt);
+        if (with_timing) {
+            cJSON *t = cJSON_AddObjectToObject(o, "timing");
+            cJSON_AddNumberToObject(t, "first_token_s", j->t_first);
+            cJSON_AddNumberToObject(t, "done_s", j->t_done);
+        }
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
