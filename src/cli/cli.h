@@ -60,6 +60,7 @@ int cmd_logits(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 /* "1,2,3" -> malloc'd ids; NULL if malformed. */
 int32_t *parse_id_list(const char *s, int64_t *n);
 

@@ -14,6 +14,7 @@ static const char *USAGE =
     "  demo       a few prompts alone and batched, with the bitwise invariance check shown\n"
     "  tokenize   print the token ids of a text\n"
     "  score      logprobs of a continuation after a prompt, in one pass (RL scoring)\n"
+    "  serve      OpenAI-compatible HTTP server (completions, chat, streaming, metrics)\n"
     "  logits     dump the raw logits of a token sequence (for reference tests)\n"
     "\n"
     "Run 'invar <command> --help' for a command's options. Without --model, invar uses\n"
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "score")) return cmd_score(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     fprintf(stderr, "invar: unknown command '%s'\n\n%s", cmd, USAGE);
     return EXIT_USAGE;

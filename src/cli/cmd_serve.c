@@ -1,0 +1,137 @@
+/* invar serve: the OpenAI-compatible HTTP server (src/server/). Starts the engine thread
+ * and the HTTP daemon, then waits for SIGTERM/SIGINT: stops accepting, lets running
+ * requests finish for up to --drain-s seconds, cancels the rest, exits 0. */
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "server/server.h"
+
+static const char *HELP =
+    "usage: invar serve [options]\n"
+    "\n"
+    "Serves the model over HTTP with the OpenAI API: POST /v1/completions,\n"
+    "POST /v1/chat/completions (streaming with \"stream\": true), GET /v1/models,\n"
+    "GET /health, GET /metrics (Prometheus). See docs/server.md.\n"
+    "\n"
+    "options:\n"
+    "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
+    "  --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --port N               TCP port (default 8080)\n"
+    "  --max-connections N    concurrent completion requests; more get 429 (default 256)\n"
+    "  --max-body-kb N        largest request body (default 1024)\n"
+    "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
+    CLI_ENGINE_HELP;
+
+static const char *basename_of(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static void wait_idle(srv_state *s, double seconds) {
+    double t0 = now_seconds();
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int active = s->active_calls;
+        pthread_mutex_unlock(&s->mu);
+        if (!active || now_seconds() - t0 >= seconds) return;
+        usleep(20000);
+    }
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_opt = NULL, *host = "127.0.0.1";
+    int64_t port = 8080, max_conn = 256, max_body_kb = 1024, drain_s = 10;
+    invar_engine_config cfg;
+    invar_engine_config_default(&cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
+        if (strncmp(a, "--", 2) || i + 1 >= argc) {
+            fprintf(stderr, "invar serve: bad argument '%s' (see --help)\n", a);
+            return EXIT_USAGE;
+        }
+        const char *name = a + 2, *val = argv[++i];
+        int r = cli_engine_opt(&cfg, name, val);
+        bool ok = true;
+        if (r < 0) return EXIT_USAGE;
+        if (r) continue;
+        if (!strcmp(name, "model")) model_opt = val;
+        else if (!strcmp(name, "host")) host = val;
+        else if (!strcmp(name, "port")) ok = parse_i64(val, 0, 65535, &port);
+        else if (!strcmp(name, "max-connections")) ok = parse_i64(val, 1, 100000, &max_conn);
+        else if (!strcmp(name, "max-body-kb")) ok = parse_i64(val, 1, 1 << 20, &max_body_kb);
+        else if (!strcmp(name, "drain-s")) ok = parse_i64(val, 0, 3600, &drain_s);
+        else { fprintf(stderr, "invar serve: unknown option '%s' (see --help)\n", a); return EXIT_USAGE; }
+        if (!ok) { fprintf(stderr, "invar serve: bad value '%s' for %s\n", val, a); return EXIT_USAGE; }
+    }
+    /* Signals are taken by sigwait below, never by the server's threads. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    const char *path = cli_model_path(model_opt);
+    invar_model *m = cli_load_model(model_opt);
+    if (!m) return EXIT_MODEL;
+    char err[256];
+    srv_state s;
+    memset(&s, 0, sizeof s);
+    s.model = m;
+    s.model_name = basename_of(path);
+    s.max_connections = (int)max_conn;
+    s.max_body = (size_t)max_body_kb * 1024;
+    s.t_start = now_seconds();
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.work, NULL);
+    if (invar_engine_create(m, &cfg, &s.engine, err, sizeof err)) {
+        fprintf(stderr, "invar serve: %s\n", err);
+        invar_model_free(m);
+        return EXIT_USAGE;
+    }
+    s.n_ctx = cfg.n_ctx > 0 && cfg.n_ctx < invar_model_n_ctx(m) ? cfg.n_ctx : invar_model_n_ctx(m);
+    if (srv_engine_start(&s)) {
+        fprintf(stderr, "invar serve: cannot start the engine thread\n");
+        invar_engine_free(s.engine);
+        invar_model_free(m);
+        return EXIT_IO;
+    }
+    struct MHD_Daemon *d = srv_http_start(&s, host, (int)port, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "invar serve: %s\n", err);
+        srv_engine_stop(&s);
+        invar_engine_free(s.engine);
+        invar_model_free(m);
+        return EXIT_IO;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "invar serve: model %s, listening on http://%s:%u\n", s.model_name, host,
+            info ? (unsigned)info->port : (unsigned)port);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "invar serve: signal %d, draining (up to %lld s)\n", sig, (long long)drain_s);
+    pthread_mutex_lock(&s.mu);
+    s.draining = true;
+    pthread_mutex_unlock(&s.mu);
+    MHD_socket lfd = MHD_quiesce_daemon(d); /* stop accepting; running connections go on */
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    wait_idle(&s, (double)drain_s);
+    pthread_mutex_lock(&s.mu);
+    s.cancel_all = true; /* whatever still runs is cancelled */
+    pthread_cond_signal(&s.work);
+    pthread_mutex_unlock(&s.mu);
+    wait_idle(&s, 3.0);
+    MHD_stop_daemon(d);
+    srv_engine_stop(&s);
+    invar_engine_free(s.engine);
+    invar_model_free(m);
+    free(s.pending);
+    fprintf(stderr, "invar serve: stopped\n");
+    return EXIT_OK;
+}

@@ -1,0 +1,94 @@
+/* invar serve: shared state of the HTTP server, the engine thread and the request objects.
+ *
+ * Threads: MHD runs one thread per connection; one engine thread owns every call into the
+ * engine that changes it (submit, step, cancel, release), so connection threads only touch
+ * the server's own objects under srv->mu and never hold that lock while calling the engine. */
+#ifndef INVAR_SERVER_H
+#define INVAR_SERVER_H
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "invar.h"
+
+#define SRV_MAX_STOPS 4
+#define SRV_LATENCY_BUCKETS 12
+
+struct srv_call;
+
+/* One generated sequence (one OpenAI "choice"); one engine request. */
+typedef struct srv_choice {
+    struct srv_call *call;
+    int index;
+    int32_t *prompt;            /* owned */
+    int64_t n_prompt;
+    invar_sampling samp;
+    int64_t engine_id;          /* engine thread only; -1 until submitted */
+    /* guarded by srv->mu */
+    invar_token_info *toks;     /* tokens reported so far (owned) */
+    int64_t n_toks, cap_toks;
+    invar_finish finish;        /* NONE while the engine still runs it */
+    char error[160];
+    bool want_cancel;           /* set by the connection: stop string or client gone */
+    bool cancel_sent;           /* engine thread only */
+} srv_choice;
+
+/* One HTTP request: n_choices sequences and a condition its connection thread waits on. */
+typedef struct srv_call {
+    pthread_cond_t cond;
+    int n_choices;
+    srv_choice *choices;
+    int refs;                   /* connection 1 + each choice the engine has not released */
+    double t_start;
+} srv_call;
+
+typedef struct {
+    invar_model *model;
+    invar_engine *engine;
+    const char *model_name;     /* the GGUF file's basename */
+    int32_t n_ctx;              /* per-sequence limit the engine enforces */
+    int max_connections;
+    size_t max_body;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work;        /* engine thread waits here for submissions/cancels */
+    srv_choice **pending;       /* submitted by connections, not yet given to the engine */
+    int n_pending, cap_pending;
+    bool stopping;              /* engine thread exits once no work is left */
+    bool draining;              /* SIGTERM: new requests get 503 */
+    bool cancel_all;            /* drain deadline passed: cancel everything running */
+    bool engine_failed;
+    int active_calls;           /* connections holding a call */
+    int open_connections;
+
+    /* metrics, guarded by mu */
+    int64_t requests_total, requests_failed, requests_cancelled;
+    int64_t latency_counts[SRV_LATENCY_BUCKETS + 1];
+    double latency_sum;
+    double tps_last_t, tps_value;
+    int64_t tps_last_tokens;
+    double t_start;
+
+    pthread_t engine_thread;
+} srv_state;
+
+extern const double SRV_LATENCY_BOUNDS[SRV_LATENCY_BUCKETS];
+
+/* engine_loop.c */
+int srv_engine_start(srv_state *s);
+void srv_engine_stop(srv_state *s);     /* after every call is done or cancelled */
+/* A new call with n choices (prompts/sampling filled by the caller afterwards); refs = 1. */
+srv_call *srv_call_new(int n);
+/* Hands every choice to the engine thread. */
+void srv_call_submit(srv_state *s, srv_call *c);
+/* The connection is done with the call: cancels what still runs, drops its reference. */
+void srv_call_finish(srv_state *s, srv_call *c, bool ok, bool cancelled);
+
+/* metrics.c: Prometheus text; malloc'd. */
+char *srv_metrics_text(srv_state *s);
+
+/* http_server.c */
+struct MHD_Daemon;
+struct MHD_Daemon *srv_http_start(srv_state *s, const char *host, int port, char *err, size_t errlen);
+
+#endif
