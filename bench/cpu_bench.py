@@ -554,6 +554,7 @@ def main():
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = load_average()
+    commit = git_commit()   # now: the shared tree may move on during the run
     models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random)]
     stream = build_stream_read()
     exact = make_prompts(invar, DEFAULT_MODEL, 1234)
@@ -622,7 +623,7 @@ def main():
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "load_average_start": load0, "load_average_end": load1,
-        "invar_commit": git_commit(), "invar_binary": invar, "llama_cpp_python": llama_cpp.__version__,
+        "invar_commit": commit, "invar_binary": invar, "llama_cpp_python": llama_cpp.__version__,
         "settings": {"reps": args.reps, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
                      "short_prompt_tokens": SHORT_PROMPT, "threads": threads_list, "concurrency": ns,
                      "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax",
