@@ -1,0 +1,339 @@
+"""End-to-end tests of `invar serve` (docs/server.md) with the official openai client and raw HTTP.
+
+The server runs as a subprocess on a free loopback port with the default model. The binary is
+$INVAR_BIN, else the first of build-serve/, build/ that has one. Online invariance: the same
+seeded requests sent alone to an idle server and mixed with others (concurrency 8, 32, shuffled)
+must give logprobs whose JSON text is identical.
+"""
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = MODEL.name
+
+
+def find_bin():
+    if os.environ.get("INVAR_BIN"):
+        return os.environ["INVAR_BIN"]
+    for d in ("build-serve", "build", "build-release"):
+        p = ROOT / d / "invar"
+        if p.exists():
+            return str(p)
+    pytest.skip("no invar binary built")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(*extra):
+    port = free_port()
+    proc = subprocess.Popen([find_bin(), "serve", "--port", str(port), *extra], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while time.time() - t0 < 60:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited: " + proc.stderr.read().decode())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not come up")
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not MODEL.exists():
+        pytest.skip("default model missing")
+    proc, port = start_server("--max-connections", "256")
+    yield port
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server}/v1", api_key="none", max_retries=0, timeout=60)
+
+
+def post_raw(port, path, body, headers=None):
+    """POST; returns (status, text). parse_float=str keeps the logprobs' exact text."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    conn.request("POST", path, body=data, headers=headers or {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    return r.status, text
+
+
+def get_raw(port, path):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return r.status, r.read().decode()
+
+
+def metrics(port):
+    _, text = get_raw(port, "/metrics")
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+# ---- basics ---------------------------------------------------------------------------------
+
+def test_health_and_models(server, client):
+    assert get_raw(server, "/health")[0] == 200
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [MODEL_NAME]
+
+
+def test_completion(client):
+    r = client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=8)
+    assert r.choices[0].text.strip().startswith("Paris")
+    assert r.usage.completion_tokens == 8 and r.usage.prompt_tokens > 0
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_chat(client):
+    r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Say hello."}],
+                                       max_tokens=16)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_streaming_equals_non_streaming(client):
+    kw = dict(model=MODEL_NAME, prompt="Once upon a time", max_tokens=24, temperature=0.8, seed=7, logprobs=2)
+    full = client.completions.create(**kw)
+    parts, lps = [], []
+    for ch in client.completions.create(stream=True, **kw):
+        parts.append(ch.choices[0].text)
+        if ch.choices[0].logprobs:
+            lps += ch.choices[0].logprobs.token_logprobs
+    assert "".join(parts) == full.choices[0].text
+    assert lps == full.choices[0].logprobs.token_logprobs
+
+    ckw = dict(model=MODEL_NAME, messages=[{"role": "user", "content": "Write a haiku."}], max_tokens=24,
+               temperature=0.8, seed=3, logprobs=True, top_logprobs=2)
+    cfull = client.chat.completions.create(**ckw)
+    parts, lps = [], []
+    for ch in client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **ckw):
+        if not ch.choices:
+            assert ch.usage.completion_tokens == cfull.usage.completion_tokens
+            continue
+        parts.append(ch.choices[0].delta.content or "")
+        if ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+            lps += [t.logprob for t in ch.choices[0].logprobs.content]
+    assert "".join(parts) == cfull.choices[0].message.content
+    assert lps == [t.logprob for t in cfull.choices[0].logprobs.content]
+
+
+def test_logprobs_match_batch_cli(server):
+    """Logprobs are the engine's float32 values, printed the same way as `invar batch`."""
+    req = {"prompt": "The quick brown fox", "max_tokens": 10, "logprobs": 3}
+    st, text = post_raw(server, "/v1/completions", dict(req, model=MODEL_NAME))
+    assert st == 200
+    got = json.loads(text, parse_float=str)["choices"][0]["logprobs"]
+    out = subprocess.run([find_bin(), "batch"], input=json.dumps(req) + "\n", capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    ref = json.loads(out, parse_float=str)
+    assert got["token_logprobs"] == ref["logprobs"][:len(got["token_logprobs"])]
+    assert len(ref["logprobs"]) - len(got["token_logprobs"]) in (0, 1)  # an end token adds no text
+    for k, alts in enumerate(got["top_logprobs"]):
+        assert list(alts.values()) == [a["logprob"] for a in ref["top_logprobs"][k]][:len(alts)]
+
+
+def test_chat_logprobs_shape(client):
+    r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=6,
+                                       logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert content and all(len(t.top_logprobs) == 3 for t in content)
+    assert all(t.top_logprobs[0].logprob >= t.logprob for t in content)
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+
+
+def test_seed_reproducible(client):
+    kw = dict(model=MODEL_NAME, prompt="My favourite animal is", max_tokens=20, temperature=1.0, top_p=0.95,
+              extra_body={"top_k": 50, "min_p": 0.01})
+    a = client.completions.create(seed=123, **kw).choices[0].text
+    b = client.completions.create(seed=123, **kw).choices[0].text
+    c = [client.completions.create(seed=s, **kw).choices[0].text for s in (1, 2, 3)]
+    assert a == b
+    assert len({a, *c}) > 1
+
+
+def test_n_choices_use_seed_plus_i(client):
+    kw = dict(model=MODEL_NAME, prompt="Roses are", max_tokens=12, temperature=1.0)
+    r = client.completions.create(n=3, seed=10, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    for i, c in enumerate(r.choices):
+        assert c.text == client.completions.create(seed=10 + i, **kw).choices[0].text
+
+
+def test_stop_strings(client):
+    base = client.completions.create(model=MODEL_NAME, prompt="Count: 1, 2, 3,", max_tokens=16).choices[0].text
+    assert " 5" in base
+    r = client.completions.create(model=MODEL_NAME, prompt="Count: 1, 2, 3,", max_tokens=16, stop=[" 5", "zzz"])
+    assert r.choices[0].text == base[:base.index(" 5")]
+    assert r.choices[0].finish_reason == "stop"
+    parts = [c.choices[0].text for c in client.completions.create(model=MODEL_NAME, prompt="Count: 1, 2, 3,",
+                                                                  max_tokens=16, stop=" 5", stream=True)]
+    assert "".join(parts) == r.choices[0].text
+
+
+def test_echo(client):
+    r = client.completions.create(model=MODEL_NAME, prompt="Hello there", max_tokens=4, echo=True)
+    assert r.choices[0].text.startswith("Hello there")
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+def check_error(status, text, want_status):
+    assert status == want_status, text
+    e = json.loads(text)["error"]
+    assert set(e) >= {"message", "type", "param", "code"}
+
+
+def test_errors(server, client):
+    check_error(*post_raw(server, "/v1/completions", "{not json"), 400)
+    check_error(*post_raw(server, "/v1/completions", "[1,2]"), 400)
+    check_error(*post_raw(server, "/v1/completions", {"prompt": 5}), 400)
+    check_error(*post_raw(server, "/v1/completions", {"prompt": "x", "max_tokens": "ten"}), 400)
+    check_error(*post_raw(server, "/v1/completions", {"prompt": "x", "temperature": [1]}), 400)
+    check_error(*post_raw(server, "/v1/chat/completions", {"messages": "hi"}), 400)
+    check_error(*post_raw(server, "/v1/chat/completions", {"messages": [{"role": 1, "content": "x"}]}), 400)
+    check_error(*post_raw(server, "/v1/completions", {"prompt": "x", "model": "gpt-4"}), 404)
+    check_error(*post_raw(server, "/v1/completions", {"prompt": "hello " * 9000}), 400)
+    check_error(*post_raw(server, "/v1/completions", b'{"prompt":"' + b"a" * (2 << 20) + b'"}'), 413)
+    check_error(*post_raw(server, "/v1/nothing", {}), 404)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.completions.create(model=MODEL_NAME, prompt="word " * 9000, max_tokens=1)
+    assert ei.value.code == "context_length_exceeded"
+    assert get_raw(server, "/health")[0] == 200  # still alive
+
+
+# ---- online invariance ----------------------------------------------------------------------
+
+PROMPTS = [f"Question {i}: what is {i} plus {i * 3}? Also tell me about the colour number {i}." for i in range(16)] + \
+          [f"Write a short line about topic #{i}:" for i in range(16)]
+
+
+def inv_request(i):
+    return {"model": MODEL_NAME, "prompt": PROMPTS[i], "max_tokens": 12, "temperature": 0.9, "seed": 1000 + i,
+            "logprobs": 2, "ignore_eos": True}
+
+
+def inv_logprobs(port, i):
+    st, text = post_raw(port, "/v1/completions", inv_request(i))
+    assert st == 200, text
+    c = json.loads(text, parse_float=str)["choices"][0]
+    return c["text"], c["logprobs"]["token_logprobs"], c["logprobs"]["top_logprobs"]
+
+
+def test_online_invariance(server):
+    alone = [inv_logprobs(server, i) for i in range(len(PROMPTS))]  # idle server, one at a time
+    for conc in (8, 32):
+        order = list(range(len(PROMPTS)))
+        random.Random(conc).shuffle(order)
+        with cf.ThreadPoolExecutor(conc) as ex:
+            got = dict(zip(order, ex.map(lambda i: inv_logprobs(server, i), order)))
+        for i in range(len(PROMPTS)):
+            assert got[i] == alone[i], f"request {i} differs at concurrency {conc}"
+
+
+# ---- disconnect, load, shutdown ------------------------------------------------------------
+
+def wait_idle_engine(port, timeout=10):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        m = metrics(port)
+        if m["invar_running_sequences"] == 0 and m["invar_kv_blocks_in_use"] == 0 and m["invar_queue_length"] == 0:
+            return m
+        time.sleep(0.1)
+    raise AssertionError(f"engine not idle: {m}")
+
+
+def test_disconnect_mid_stream_cancels(server):
+    before = metrics(server)
+    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "Tell me a long story", "max_tokens": 2000, "ignore_eos": True, "stream": True}),
+        headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    got = b""
+    while got.count(b"data:") < 3:
+        got += r.read1(4096)
+    assert metrics(server)["invar_running_sequences"] >= 1
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    m = wait_idle_engine(server)
+    assert m["invar_requests_cancelled_total"] >= before.get("invar_requests_cancelled_total", 0) + 1
+    assert m["invar_tokens_generated_total"] - before["invar_tokens_generated_total"] < 2000
+
+
+def test_load_100_streams(server):
+    def one(i):
+        conn = http.client.HTTPConnection("127.0.0.1", server, timeout=30)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"messages": [{"role": "user", "content": f"Hi number {i}"}], "max_tokens": 8, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = r.read().decode()
+        conn.close()
+        assert r.status == 200, body
+        assert body.rstrip().endswith("data: [DONE]"), body
+        return body.count("\"finish_reason\":\"")
+
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(100) as ex:
+        finished = list(ex.map(one, range(100)))
+    assert time.time() - t0 < 20
+    assert finished == [1] * 100
+    wait_idle_engine(server)
+    text = get_raw(server, "/metrics")[1]
+    assert re.search(r'invar_request_latency_seconds_bucket\{le="\+Inf"\} \d+', text)
+    assert "invar_prefix_cache_hit_rate" in text and "invar_tokens_per_second" in text
+
+
+def test_sigterm_finishes_running_requests():
+    proc, port = start_server("--drain-s", "10")
+    results = {}
+
+    def run():
+        results["r"] = post_raw(port, "/v1/completions", {"prompt": "Go on", "max_tokens": 40, "ignore_eos": True})
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    assert proc.wait(timeout=20) == 0
+    st, text = results["r"]
+    assert st == 200 and json.loads(text)["usage"]["completion_tokens"] == 40
