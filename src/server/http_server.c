@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,16 @@ static bool consume(srv_state *s, srv_choice *ch, text_tracker *tt, bool *done) 
     return progress;
 }
 
+/* Whether the client of a connection has closed its end (a non-streaming request whose
+ * client gave up is then cancelled instead of running to the end). */
+static bool client_gone(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0;
+}
+
 static void wait_call(srv_state *s, srv_call *c, double seconds) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -98,6 +109,8 @@ static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *co
     for (int i = 0; i < n; i++) tt_init(&tt[i], (const char *const *)r->stops, r->n_stops);
     srv_call_submit(s, c);
     api_error err = {0};
+    bool gone = false;
+    double t_check = now_seconds();
     pthread_mutex_lock(&s->mu);
     for (;;) {
         int n_done = 0;
@@ -106,7 +119,22 @@ static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *co
             n_done += done[i];
         }
         if (n_done == n) break;
-        wait_call(s, c, 1.0);
+        if (now_seconds() - t_check > 0.25) {
+            t_check = now_seconds();
+            pthread_mutex_unlock(&s->mu);
+            gone = client_gone(conn);
+            pthread_mutex_lock(&s->mu);
+            if (gone) break;
+        }
+        wait_call(s, c, 0.25);
+    }
+    if (gone) { /* nobody to answer: cancel (srv_call_finish) and drop the connection */
+        pthread_mutex_unlock(&s->mu);
+        srv_call_finish(s, c, false, true);
+        for (int i = 0; i < n; i++) tt_free(&tt[i]);
+        free(tt), free(done), free(fin);
+        api_request_free(r);
+        return MHD_NO;
     }
     for (int i = 0; i < n; i++) {
         fin[i] = c->choices[i].finish;
