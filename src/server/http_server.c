@@ -287,8 +287,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 /* Called when the response is destroyed: the stream ended or the client went away. */
 static void stream_free(void *cls) {
     stream_ctx *sc = cls;
-    srv_call_finish(sc->s, sc->req.call, !sc->failed && sc->finished, !sc->finished);
-    for (int i = 0; i < sc->req.call->n_choices; i++) tt_free(&sc->tt[i]);
+    int n = sc->req.call->n_choices;
+    srv_call_finish(sc->s, sc->req.call, !sc->failed && sc->finished, !sc->finished); /* may free the call */
+    for (int i = 0; i < n; i++) tt_free(&sc->tt[i]);
     free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent);
     free(sc->out);
     api_request_free(&sc->req);

@@ -315,7 +315,7 @@ def test_load_100_streams(server):
     t0 = time.time()
     with cf.ThreadPoolExecutor(100) as ex:
         finished = list(ex.map(one, range(100)))
-    assert time.time() - t0 < 20
+    assert time.time() - t0 < float(os.environ.get("INVAR_SERVE_LOAD_LIMIT_S", "20"))  # sanitizer builds are slower
     assert finished == [1] * 100
     wait_idle_engine(server)
     text = get_raw(server, "/metrics")[1]
