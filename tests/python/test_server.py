@@ -152,6 +152,20 @@ def test_streaming_equals_non_streaming(client):
     assert lps == [t.logprob for t in cfull.choices[0].logprobs.content]
 
 
+def test_streaming_unicode_and_n(client):
+    """Multi-byte characters split across tokens stream as whole characters; n > 1 streams by index."""
+    kw = dict(model=MODEL_NAME, messages=[{"role": "user", "content": "Écris une phrase en français avec des accents, "
+                                           "puis 你好 et un emoji 🙂."}], max_tokens=40, temperature=0.7, seed=5, n=2)
+    full = client.chat.completions.create(**kw)
+    parts = {0: [], 1: []}
+    for ch in client.chat.completions.create(stream=True, **kw):
+        for c in ch.choices:
+            parts[c.index].append(c.delta.content or "")
+    for i in (0, 1):
+        assert "".join(parts[i]) == full.choices[i].message.content
+        assert "\ufffd" not in full.choices[i].message.content
+
+
 def test_logprobs_match_batch_cli(server):
     """Logprobs are the engine's float32 values, printed the same way as `invar batch`."""
     req = {"prompt": "The quick brown fox", "max_tokens": 10, "logprobs": 3}
