@@ -128,7 +128,7 @@ static void *engine_main(void *arg) {
         }
         batch = realloc(batch, sizeof *batch * (size_t)(n_new ? n_new : 1));
         if (!batch) n_new = 0;
-        else {
+        else if (n_new > 0) {
             memcpy(batch, s->pending, sizeof *batch * (size_t)n_new);
             memmove(s->pending, s->pending + n_new, sizeof *s->pending * (size_t)(s->n_pending - n_new));
             s->n_pending -= n_new;
