@@ -1,11 +1,12 @@
 """End-to-end tests of `invar serve` (docs/server.md) with the official openai client and raw HTTP.
 
 The server runs as a subprocess on a free loopback port with the default model. The binary is
-$INVAR_BIN, else the first of build-serve/, build/ that has one. Online invariance: the same
+$INVAR_BIN, else $INVAR_BUILD_DIR/invar (default build/), else build-serve/invar. Online invariance: the same
 seeded requests sent alone to an idle server and mixed with others (concurrency 8, 32, shuffled)
 must give logprobs whose JSON text is identical.
 """
 import concurrent.futures as cf
+import functools
 import http.client
 import json
 import os
@@ -28,14 +29,17 @@ MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = MODEL.name
 
 
+@functools.lru_cache(None)
 def find_bin():
+    """$INVAR_BIN, else the first of $INVAR_BUILD_DIR (default build/) and build-serve/ whose
+    invar has the serve command (a stale build may not)."""
     if os.environ.get("INVAR_BIN"):
         return os.environ["INVAR_BIN"]
-    for d in ("build-serve", "build", "build-release"):
-        p = ROOT / d / "invar"
-        if p.exists():
+    for d in (os.environ.get("INVAR_BUILD_DIR", str(ROOT / "build")), str(ROOT / "build-serve")):
+        p = Path(d) / "invar"
+        if p.exists() and subprocess.run([str(p), "serve", "--help"], capture_output=True).returncode == 0:
             return str(p)
-    pytest.skip("no invar binary built")
+    pytest.skip("no invar binary with the serve command built (set INVAR_BIN)")
 
 
 def free_port():
