@@ -248,6 +248,13 @@ def test_errors(server, client):
     check_error(*post_raw(server, "/v1/completions", {"prompt": "hello " * 9000}), 400)
     check_error(*post_raw(server, "/v1/completions", b'{"prompt":"' + b"a" * (2 << 20) + b'"}'), 413)
     check_error(*post_raw(server, "/v1/nothing", {}), 404)
+    for bad in ({"prompt": "x", "n": 0}, {"prompt": []}, {"prompt": [[]]}, {"prompt": "x", "stop": [1]},
+                {"messages": []}, {"prompt": "x", "top_p": 0}, {"prompt": "x", "max_tokens": -1},
+                {"prompt": [1, 2, 99999999]}, {"prompt": "x", "stream_options": 5}, {"prompt": "x", "seed": 1e300},
+                {"prompt": "x", "stream": "yes"}):
+        check_error(*post_raw(server, "/v1/completions", bad), 400)
+    check_error(*post_raw(server, "/v1/completions", "[" * 5000), 400)  # deep nesting
+    assert post_raw(server, "/v1/completions", b'{"prompt": "\xff\xfe abc", "max_tokens": 2}')[0] == 200
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=1)
     with pytest.raises(openai.BadRequestError) as ei:
