@@ -145,6 +145,8 @@ static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *co
             api_error_set(&err, 503, "server_error", NULL, "cancelled", "the server is shutting down");
     }
     pthread_mutex_unlock(&s->mu);
+    if (!err.status && r->echo && r->logprobs && api_score_echo(s, r))
+        api_error_set(&err, 500, "server_error", NULL, NULL, "scoring the echoed prompt failed");
     enum MHD_Result ret;
     if (err.status) ret = send_error(conn, &err);
     else ret = send_text(conn, 200, "application/json", api_response_json(s, r, tt, fin));
@@ -222,8 +224,10 @@ static void stream_produce(stream_ctx *sc) {
     for (int i = 0; i < n; i++) {
         if (sc->reported_done[i]) continue;
         text_tracker *tt = &sc->tt[i];
-        if (sc->req.chat && !sc->role_sent[i]) {
-            out_event(sc, api_chunk_json(s, &sc->req, i, "", tt, 0, 0, NULL, true));
+        if (!sc->role_sent[i]) { /* chat: the role first; completions with echo: the prompt */
+            if (sc->req.chat) out_event(sc, api_chunk_json(s, &sc->req, i, "", tt, 0, 0, NULL, true));
+            else if (sc->req.echo)
+                out_event(sc, api_chunk_json(s, &sc->req, i, sc->req.prompt_texts[i / sc->req.n], tt, 0, 0, NULL, false));
             sc->role_sent[i] = true;
         }
         if (sc->done[i] && fin[i] == INVAR_FINISH_ERROR) {

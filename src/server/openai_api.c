@@ -42,7 +42,10 @@ char *api_error_json(const api_error *e) {
 void api_request_free(api_request *r) {
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     for (int i = 0; i < r->n_prompts; i++) free(r->prompt_texts ? r->prompt_texts[i] : NULL);
+    for (int i = 0; i < r->n_prompts; i++) free(r->echo_logprobs ? r->echo_logprobs[i] : NULL);
     free(r->prompt_texts);
+    free(r->echo_logprobs);
+    r->echo_logprobs = NULL;
     r->n_stops = r->n_prompts = 0;
     r->prompt_texts = NULL;
 }
@@ -399,6 +402,25 @@ out:
     return rc;
 }
 
+int api_score_echo(srv_state *s, api_request *r) {
+    r->echo_logprobs = calloc((size_t)r->n_prompts, sizeof *r->echo_logprobs);
+    if (!r->echo_logprobs) return -1;
+    for (int p = 0; p < r->n_prompts; p++) {
+        const srv_choice *ch = &r->call->choices[p * r->n];
+        if (ch->n_prompt < 2) continue;
+        float *lp = malloc(sizeof(float) * (size_t)(ch->n_prompt - 1));
+        char err[160];
+        /* Its own forward pass (the model is read-only): the same float32 values the engine
+         * would report for these tokens. */
+        if (!lp || invar_score(s->model, ch->prompt, 1, ch->prompt + 1, ch->n_prompt - 1, 1, lp, err, sizeof err)) {
+            free(lp);
+            return -1;
+        }
+        r->echo_logprobs[p] = lp;
+    }
+    return 0;
+}
+
 /* ---- responses ------------------------------------------------------------------------ */
 
 const char *api_finish_reason(invar_finish f, bool stopped) {
@@ -442,8 +464,26 @@ static cJSON *chat_token_entry(srv_state *s, int32_t id, float lp, bool top) {
 
 /* Logprobs of the tracker's tokens [from, to), end-of-generation tokens left out (they
  * add no text). Chat: {"content": [...]}; completions: the legacy parallel arrays. */
+static char *token_text(srv_state *s, int32_t id, unsigned char *raw, int *n_raw);
+
+/* The prompt tokens of an echoed completion: the first has no logprob. */
+static void echo_entries(srv_state *s, const srv_choice *ch, const float *lps, cJSON *tokens, cJSON *tlp, cJSON *tops,
+                         cJSON *offs) {
+    size_t off = 0;
+    for (int64_t k = 0; k < ch->n_prompt; k++) {
+        char *txt = token_text(s, ch->prompt[k], NULL, NULL);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(txt ? txt : ""));
+        if (k == 0 || !lps) cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+        else add_f32(tlp, NULL, lps[k - 1]);
+        cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += txt ? strlen(txt) : 0;
+        free(txt);
+    }
+}
+
 static cJSON *logprobs_json(srv_state *s, const api_request *r, const text_tracker *tt, int64_t from, int64_t to,
-                            size_t text_base) {
+                            size_t text_base, int choice) {
     cJSON *lp = cJSON_CreateObject();
     if (r->chat) {
         cJSON *content = cJSON_AddArrayToObject(lp, "content");
@@ -462,6 +502,10 @@ static cJSON *logprobs_json(srv_state *s, const api_request *r, const text_track
     cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
     cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON *offs = cJSON_AddArrayToObject(lp, "text_offset");
+    if (choice >= 0 && r->echo_logprobs) {
+        const srv_choice *ch = &r->call->choices[choice];
+        echo_entries(s, ch, r->echo_logprobs[choice / r->n], tokens, tlp, tops, offs);
+    }
     for (int64_t i = from; i < to; i++) {
         const invar_token_info *t = &tt->toks[i];
         if (invar_token_is_eog(s->model, t->token)) continue;
@@ -537,7 +581,7 @@ char *api_response_json(srv_state *s, const api_request *r, const text_tracker *
             free(full);
         }
         free(text);
-        if (r->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, r, &tt[i], 0, tt[i].n_kept, base));
+        if (r->logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, r, &tt[i], 0, tt[i].n_kept, base, i));
         else cJSON_AddNullToObject(c, "logprobs");
         cJSON_AddStringToObject(c, "finish_reason", api_finish_reason(finish[i], tt[i].stopped));
         cJSON_AddItemToArray(choices, c);
@@ -559,7 +603,7 @@ char *api_chunk_json(srv_state *s, const api_request *r, int index, const char *
     } else {
         cJSON_AddStringToObject(c, "text", delta ? delta : "");
     }
-    if (r->logprobs && to > from) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, r, tt, from, to, 0));
+    if (r->logprobs && to > from) cJSON_AddItemToObject(c, "logprobs", logprobs_json(s, r, tt, from, to, 0, -1));
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");

@@ -223,9 +223,24 @@ def test_stop_strings(client):
     assert "".join(parts) == r.choices[0].text
 
 
-def test_echo(client):
+def test_echo(server, client):
     r = client.completions.create(model=MODEL_NAME, prompt="Hello there", max_tokens=4, echo=True)
     assert r.choices[0].text.startswith("Hello there")
+    parts = [c.choices[0].text for c in client.completions.create(model=MODEL_NAME, prompt="Hello there", max_tokens=4,
+                                                                  echo=True, stream=True)]
+    assert "".join(parts) == r.choices[0].text
+    # Echoed prompt logprobs are the engine's: generate after P, then echo P + generated ids.
+    out = subprocess.run([find_bin(), "batch"], input=json.dumps({"prompt": "The quick brown fox", "max_tokens": 5}),
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    ref = json.loads(out, parse_float=str)
+    p_ids = [int(x) for x in subprocess.run([find_bin(), "tokenize", "The quick brown fox"], capture_output=True,
+                                            text=True, cwd=ROOT, check=True).stdout.split()]
+    st, text = post_raw(server, "/v1/completions", {"prompt": p_ids + ref["token_ids"], "max_tokens": 1, "echo": True,
+                                                     "logprobs": 0})
+    assert st == 200, text
+    lp = json.loads(text, parse_float=str)["choices"][0]["logprobs"]["token_logprobs"]
+    assert lp[0] is None
+    assert lp[len(p_ids):len(p_ids) + 5] == ref["logprobs"]
 
 
 # ---- errors ---------------------------------------------------------------------------------
