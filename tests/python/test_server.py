@@ -408,3 +408,18 @@ def test_sigterm_finishes_running_requests():
     assert proc.wait(timeout=20) == 0
     st, text = results["r"]
     assert st == 200 and json.loads(text)["usage"]["completion_tokens"] == 40
+
+
+def test_sigterm_cancels_after_drain_bound():
+    proc, port = start_server("--drain-s", "1")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "Go on", "max_tokens": 5000, "ignore_eos": True, "stream": True}))
+    r = conn.getresponse()
+    assert r.read1(100).startswith(b"data:")
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    body = r.read().decode()
+    assert proc.wait(timeout=20) == 0
+    assert time.time() - t0 < 8
+    assert '"finish_reason":"cancelled"' in body and body.rstrip().endswith("data: [DONE]")
