@@ -400,6 +400,13 @@ def plot(path, levels, title):
                 scale = 1e3 if key.startswith("tpot") else 1.0
                 a.plot(cs, series(eng, key, scale), style, marker="o", color=colours[eng],
                        label=eng + suffix)
+        if keys[0][0] in ("requests_per_s", "output_tokens_per_s"):
+            for lv in levels:   # flag levels cut short by the time cap
+                for eng in ("invar", "llama.cpp"):
+                    m = lv[eng]
+                    if m["completed"] < m["n_requests"] and m.get(keys[0][0]) is not None:
+                        a.annotate(f"{m['completed']}/{m['n_requests']} done", (lv["concurrency"], m[keys[0][0]]),
+                                   textcoords="offset points", xytext=(4, 6), fontsize=7, color=colours[eng])
         a.set_xscale("log", base=2)
         a.set_xticks(cs)
         a.set_xticklabels([str(c) for c in cs])
@@ -435,7 +442,18 @@ def main():
     ap.add_argument("--invar", default=DEFAULT_INVAR)
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--tag", default=None, help="result file suffix (default: UTC date-time)")
+    ap.add_argument("--replot", metavar="JSON", help="redraw the PNG of an earlier result and exit")
     args = ap.parse_args()
+    if args.replot:
+        d = json.load(open(args.replot))
+        w, st = d["workload"], d["settings"]
+        plot(args.replot[:-5] + ".png", d["levels"],
+             f"Offline serving, {w['n_requests']} requests, prompts {w['prompt_tokens']['distribution']} tok, "
+             f"outputs {w['output_tokens']['distribution']} tok, {d['model']},\n"
+             f"threads invar {st['threads']} / llama.cpp {st.get('llama_threads', st['threads'])}, "
+             f"shared 2-core VM (load {d['load_average_start'][0]:.1f})")
+        print_table(d["levels"])
+        return
     if args.n is None:
         args.n = 24 if args.quick else 64
     levels_c = [int(c) for c in (args.concurrency or "1,4,16,64").split(",")]
@@ -522,7 +540,7 @@ def main():
         json.dump(out, f, indent=1)
     plot(base + ".png", levels,
          f"Offline serving, {args.n} requests, prompts {args.prompt_min}-{args.prompt_max} tok, "
-         f"outputs {args.output_min}-{args.output_max} tok, {os.path.basename(args.model)}, "
+         f"outputs {args.output_min}-{args.output_max} tok, {os.path.basename(args.model)},\n"
          f"threads invar {args.threads} / llama.cpp {args.llama_threads}, shared 2-core VM (load {load_start[0]:.1f})")
     log(f"wrote {base}.json and {base}.png")
 
