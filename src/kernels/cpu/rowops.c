@@ -8,17 +8,6 @@ float invar_expf(float x) { return expf(x); }
 
 float invar_silu(float x) { return x / (1.0f + invar_expf(-x)); }
 
-float row_dot(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    float s0 = (acc[0] + acc[4]) + (acc[2] + acc[6]);
-    float s1 = (acc[1] + acc[5]) + (acc[3] + acc[7]);
-    return s0 + s1;
-}
-
 void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     float ss = row_dot(x, x, n);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);

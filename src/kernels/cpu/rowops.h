@@ -9,8 +9,19 @@
 float invar_expf(float x);
 float invar_silu(float x);
 
-/* Fixed-order dot product: 8 interleaved partial sums, then a fixed tree. */
-float row_dot(const float *a, const float *b, int64_t n);
+/* Fixed-order dot product: 8 interleaved partial sums, then a fixed tree. Inline so the
+ * attention loop can keep it in registers; the compiler may vectorise the lanes but never
+ * reorders the sums (no -ffast-math), so every copy gives the same bits. */
+static inline float row_dot(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; l < 8 && i < n; i++, l++) acc[l] += a[i] * b[i]; /* tail: < 8 left */
+    float s0 = (acc[0] + acc[4]) + (acc[2] + acc[6]);
+    float s1 = (acc[1] + acc[5]) + (acc[3] + acc[7]);
+    return s0 + s1;
+}
 /* y = x / sqrt(mean(x^2) + eps) * w   (w may be NULL: no weight). y may alias x. */
 void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 /* out = silu(gate) * up, elementwise. out may alias gate. */
