@@ -77,7 +77,9 @@ def start_invar(model, port, threads, max_batch, log):
 
 def start_llama(model, port, threads, log):
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-           "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048"]
+           "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048",
+           # by default a new request cuts the running stream short (after ~1 token); queue instead
+           "--interrupt_requests", "False"]
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     wait_ready(f"http://127.0.0.1:{port}/v1/models", p)
     return p, cmd
