@@ -16,12 +16,9 @@ const char *cli_model_path(const char *opt);
 /* Loads the model or prints why not; NULL on failure. */
 invar_model *cli_load_model(const char *opt_path);
 
-/* Engine options shared by every command that generates. */
-typedef struct {
-    invar_engine_config engine;
-} cli_engine_opts;
-/* Handles --threads/--max-batch/--max-batch-tokens/--n-ctx/--kv-mem-mb; returns 1 if it
- * consumed the option, 0 if not one of these, -1 on a bad value. */
+/* Engine options shared by every command that generates: handles --threads, --max-batch,
+ * --max-batch-tokens, --n-ctx and --kv-mem-mb; returns 1 if it consumed the option, 0 if
+ * not one of these, -1 on a bad value. */
 int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
 #define CLI_ENGINE_HELP \
     "  --threads N            worker threads (default: all cores; results do not depend on it)\n" \
