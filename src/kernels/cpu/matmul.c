@@ -16,6 +16,7 @@
 
 #define FCOLS_PER_TASK 32   /* columns of a float matrix per task */
 #define QUANT_ROWS_PER_TASK 16
+_Static_assert(QUANT_ROWS_PER_TASK % MM_PR == 0, "quantisation tasks cover whole panels");
 
 int mm_is_quantised(uint32_t type) {
     switch (type) {
@@ -23,6 +24,10 @@ int mm_is_quantised(uint32_t type) {
         return 1;
     default: return 0;
     }
+}
+
+int mm_panel_type(uint32_t type) {
+    return type == INVAR_T_Q4_0 || type == INVAR_T_Q4_1 || type == INVAR_T_Q8_0;
 }
 
 int64_t mm_unit_elems(uint32_t type) {
@@ -210,6 +215,14 @@ typedef struct {
 
 static void quantize_rows(const mm_args *a, cpu_isa isa, int64_t i0, int64_t i1) {
     const int64_t k = a->w->k, nb = a->xq.nb;
+    if (a->xp) { /* panels; i0 is a multiple of MM_PR */
+        for (int64_t p0 = i0; p0 < i1; p0 += MM_PR) {
+            const int R = (int)(a->m - p0 < MM_PR ? a->m - p0 : MM_PR);
+            mm_quantize_panel_avx512(a->w->type, a->x + p0 * a->ldx, a->ldx, R, k,
+                                     a->xp + (size_t)p0 * (size_t)nb * MM_PB);
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         const float *x = a->x + i * a->ldx;
         int8_t *q = a->xq.q + i * k;
@@ -268,6 +281,7 @@ void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, 
     mm_task T = {&a, isa};
     if (mm_is_quantised(w->type)) {
         a.xq = carve_xq(w, m, scratch);
+        if (isa == CPU_ISA_AVX512 && mm_panel_type(w->type)) a.xp = (uint8_t *)a.xq.q;
         /* Row-local, so splitting rows over threads cannot change any bit. */
         if (m * w->k >= 32768)
             threadpool_run(tp, task_quantize, &T, (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK);

@@ -55,92 +55,11 @@ AI int xsum(const xrows *X, int r, int64_t b) {
 /* acc = acc + dx * f   (the scalar `terms = dx * f; acc = acc + terms`). */
 AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(dx), f)); }
 
-/* 32-element dot of 8 weight vectors (4 low-nibble words, 4 high) with one row. */
-AI __m512i dot_q4(const __m512i *lo, const __m512i *hi, const int8_t *x) {
-    __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-    p0 = dp(p0, lo[0], x + 0);
-    p1 = dp(p1, lo[1], x + 4);
-    p0 = dp(p0, lo[2], x + 8);
-    p1 = dp(p1, lo[3], x + 12);
-    p0 = dp(p0, hi[0], x + 16);
-    p1 = dp(p1, hi[1], x + 20);
-    p0 = dp(p0, hi[2], x + 24);
-    p1 = dp(p1, hi[3], x + 28);
-    return _mm512_add_epi32(p0, p1);
-}
-
 /* Software prefetch of the weight stream, this far ahead: one core's hardware
  * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
 #define PF_DIST 4096
 AI void prefetch_rec(const uint8_t *rec, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
-}
-
-AI void unpack_q4(const uint8_t *rec, __m512i *lo, __m512i *hi) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    UNROLL for (int t = 0; t < 4; t++) {
-        __m512i W = ldw(rec + 64 * t);
-        lo[t] = _mm512_and_si512(W, m4);
-        hi[t] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
-    }
-}
-
-AI void k_q4_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    for (int64_t b = 0; b < X.nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q4_0;
-        prefetch_rec(rec, MM_REC_Q4_0);
-        __m512i lo[4], hi[4];
-        unpack_q4(rec, lo, hi);
-        const __m512 dw = f16x16(rec + 256);
-        UNROLL for (int r = 0; r < R; r++) {
-            __m512i isum = dot_q4(lo, hi, X.q + r * X.k + 32 * b);
-            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * xsum(&X, r, b)));
-            __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
-            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
-        }
-    }
-}
-
-AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    for (int64_t b = 0; b < X.nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q4_1;
-        prefetch_rec(rec, MM_REC_Q4_1);
-        __m512i lo[4], hi[4];
-        unpack_q4(rec, lo, hi);
-        const __m512 dw = f16x16(rec + 256), mw = f16x16(rec + 288);
-        UNROLL for (int r = 0; r < R; r++) {
-            __m512i isum = dot_q4(lo, hi, X.q + r * X.k + 32 * b);
-            __m512 f1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
-            __m512 f2 = _mm512_mul_ps(mw, _mm512_set1_ps((float)xsum(&X, r, b)));
-            acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm512_add_ps(f1, f2));
-        }
-    }
-}
-
-AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < X.nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q8_0;
-        prefetch_rec(rec, MM_REC_Q8_0);
-        __m512i W[8];
-        UNROLL for (int t = 0; t < 8; t++) W[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
-        const __m512 dw = f16x16(rec + 512);
-        UNROLL for (int r = 0; r < R; r++) {
-            const int8_t *x = X.q + r * X.k + 32 * b;
-            __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-            UNROLL for (int t = 0; t < 8; t += 2) {
-                p0 = dp(p0, W[t], x + 4 * t);
-                p1 = dp(p1, W[t + 1], x + 4 * t + 4);
-            }
-            __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(p0, p1),
-                                            _mm512_set1_epi32(128 * xsum(&X, r, b)));
-            __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(isum));
-            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
-        }
-    }
 }
 
 AI __m512i u8x16_epi32(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
@@ -228,6 +147,137 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     }
 }
 
+/* ---- Panel kernels (Q4_0, Q4_1, Q8_0): activations in panels (matmul_internal.h). ----
+ * Row r of block b is at xb + 32r, its scale at xb + 32R + 4r and its aux at
+ * xb + 36R + 4r: constant offsets from one pointer, folded into the instructions
+ * (the broadcasts are memory operands). */
+
+AI __m512 bcastf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_ps(v);
+}
+AI __m512i bcasti(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc + dpbusd(w, 4 bytes at x broadcast), the broadcast as the instruction's memory
+ * operand ({1to16}): one fused uop instead of a broadcast load plus the dpbusd, which
+ * halves the scheduler entries the long dot chains hold (compilers do not fold it). */
+AI __m512i dpm(__m512i acc, __m512i w, const uint8_t *x) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
+    return acc;
+}
+
+/* P[r] += the exact integer dot of one 32-block of weights Q (Q[t] holds elements
+ * 4t..4t+3 of the 16 columns) with activation row r at xb + 32r, for r < R. Step-major
+ * order: the R chains are independent, so consecutive instructions never wait on
+ * each other and the scheduler holds fewer stalled uops than row after row. */
+AI void dot_rows(const __m512i *Q, const uint8_t *xb, const int R, __m512i *P) {
+    UNROLL for (int t = 0; t < 8; t++) UNROLL for (int r = 0; r < R; r++)
+        P[r] = dpm(P[r], Q[t], xb + 32 * r + 4 * t);
+}
+
+AI void unpack_q4_seq(const uint8_t *rec, __m512i *Q) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int t = 0; t < 4; t++) {
+        __m512i W = ldw(rec + 64 * t);
+        Q[t] = _mm512_and_si512(W, m4);
+        Q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
+    }
+}
+
+AI void p_q4_0(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_0, *xb = xp + b * R * MM_PB;
+        prefetch_rec(rec, MM_REC_Q4_0);
+        __m512i Q[8], P[MM_PR];
+        unpack_q4_seq(rec, Q);
+        const __m512 dw = f16x16(rec + 256);
+        UNROLL for (int r = 0; r < R; r++) P[r] = bcasti(xb + 36 * R + 4 * r); /* -8 sum */
+        dot_rows(Q, xb, R, P);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+        }
+    }
+}
+
+AI void p_q4_1(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q4_1, *xb = xp + b * R * MM_PB;
+        prefetch_rec(rec, MM_REC_Q4_1);
+        __m512i Q[8], P[MM_PR];
+        unpack_q4_seq(rec, Q);
+        const __m512 dw = f16x16(rec + 256), mw = f16x16(rec + 288);
+        UNROLL for (int r = 0; r < R; r++) P[r] = _mm512_setzero_si512();
+        dot_rows(Q, xb, R, P);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512 f1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
+            const __m512 f2 = _mm512_mul_ps(mw, bcastf(xb + 36 * R + 4 * r)); /* (float)sum */
+            const __m512 f = _mm512_add_ps(f1, f2);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+        }
+    }
+}
+
+AI void p_q8_0(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q8_0, *xb = xp + b * R * MM_PB;
+        prefetch_rec(rec, MM_REC_Q8_0);
+        __m512i W[8], P[MM_PR];
+        UNROLL for (int t = 0; t < 8; t++) W[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
+        const __m512 dw = f16x16(rec + 512);
+        UNROLL for (int r = 0; r < R; r++) P[r] = bcasti(xb + 36 * R + 4 * r); /* -128 sum */
+        dot_rows(W, xb, R, P);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+        }
+    }
+}
+
+#define RUN_PANEL(K, R)                                                                 \
+    do {                                                                                \
+        __m512 acc[R];                                                                  \
+        UNROLL for (int r = 0; r < (R); r++) acc[r] = _mm512_setzero_ps();              \
+        K(grp, xp, nb, (R), acc);                                                       \
+        UNROLL for (int r = 0; r < (R); r++)                                            \
+            _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + g * MM_NC, cmask, acc[r]); \
+    } while (0)
+
+#define PANEL_LOOP(NAME, K, REC)                                                        \
+    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
+        const cpu_weight *w = a->w;                                                     \
+        const int64_t nb = a->xq.nb;                                                    \
+        for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {                                  \
+            const int64_t R = a->m - i0 < MM_PR ? a->m - i0 : MM_PR;                    \
+            const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * MM_PB;                \
+            for (int64_t g = g0; g < g1; g++) {                                         \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nb) * (REC); \
+                const int64_t left = w->n - g * MM_NC;                                  \
+                const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
+                switch (R) {                                                            \
+                case 1: RUN_PANEL(K, 1); break;                                         \
+                case 2: RUN_PANEL(K, 2); break;                                         \
+                case 3: RUN_PANEL(K, 3); break;                                         \
+                case 4: RUN_PANEL(K, 4); break;                                         \
+                case 5: RUN_PANEL(K, 5); break;                                         \
+                case 6: RUN_PANEL(K, 6); break;                                         \
+                case 7: RUN_PANEL(K, 7); break;                                         \
+                default: RUN_PANEL(K, 8); break;                                        \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+    }
+
+PANEL_LOOP(run_p_q4_0, p_q4_0, MM_REC_Q4_0)
+PANEL_LOOP(run_p_q4_1, p_q4_1, MM_REC_Q4_1)
+PANEL_LOOP(run_p_q8_0, p_q8_0, MM_REC_Q8_0)
+
 /* Runs kernel K for rows [i0, i0+R) of group g and stores the valid columns. */
 #define RUN_ROWS(K, R)                                                                  \
     do {                                                                                \
@@ -265,47 +315,73 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
         }                                                                               \
     }
 
-GROUP_LOOP(run_q4_0, k_q4_0, MM_REC_Q4_0)
-GROUP_LOOP(run_q4_1, k_q4_1, MM_REC_Q4_1)
-GROUP_LOOP(run_q8_0, k_q8_0, MM_REC_Q8_0)
 GROUP_LOOP(run_q4_k, k_q4_k, MM_REC_Q4_K)
 GROUP_LOOP(run_q6_k, k_q6_k, MM_REC_Q6_K)
 
 void mm_quant_avx512(const mm_args *a, int64_t g0, int64_t g1) {
     switch (a->w->type) {
-    case INVAR_T_Q4_0: run_q4_0(a, g0, g1); break;
-    case INVAR_T_Q4_1: run_q4_1(a, g0, g1); break;
-    case INVAR_T_Q8_0: run_q8_0(a, g0, g1); break;
+    case INVAR_T_Q4_0: run_p_q4_0(a, g0, g1); break;
+    case INVAR_T_Q4_1: run_p_q4_1(a, g0, g1); break;
+    case INVAR_T_Q8_0: run_p_q8_0(a, g0, g1); break;
     case INVAR_T_Q4_K: run_q4_k(a, g0, g1); break;
     case INVAR_T_Q6_K: run_q6_k(a, g0, g1); break;
     default: break;
     }
 }
 
-void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int16_t *s) {
+/* One 32-block: q, its scale d and the sums of the two 16-element halves. */
+AI void quant_block(const float *xb, int8_t *q, float *d, int *s0, int *s1) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512 fmax = _mm512_set1_ps(3.40282347e+38f);
-    for (int64_t b = 0; b < k / MM_QK; b++) {
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-        const __m512 a0 = _mm512_and_ps(v0, absmask), a1 = _mm512_and_ps(v1, absmask);
-        /* NLE_UQ: true for NaN and +inf, the scalar `!(a <= FLT_MAX)` */
-        const int bad = (_mm512_cmp_ps_mask(a0, fmax, _CMP_NLE_UQ) |
-                         _mm512_cmp_ps_mask(a1, fmax, _CMP_NLE_UQ)) != 0;
-        const float amax = bad ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        float id;
-        if (!mm_block_scale(amax, bad, &d[b], &id)) {
-            memset(q + 32 * b, 0, 32);
-            s[2 * b] = s[2 * b + 1] = 0;
-            continue;
-        }
-        const __m512 vid = _mm512_set1_ps(id);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
-        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
-        s[2 * b] = (int16_t)_mm512_reduce_add_epi32(q0);
-        s[2 * b + 1] = (int16_t)_mm512_reduce_add_epi32(q1);
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    const __m512 a0 = _mm512_and_ps(v0, absmask), a1 = _mm512_and_ps(v1, absmask);
+    /* NLE_UQ: true for NaN and +inf, the scalar `!(a <= FLT_MAX)` */
+    const int bad = (_mm512_cmp_ps_mask(a0, fmax, _CMP_NLE_UQ) |
+                     _mm512_cmp_ps_mask(a1, fmax, _CMP_NLE_UQ)) != 0;
+    const float amax = bad ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    float id;
+    if (!mm_block_scale(amax, bad, d, &id)) {
+        memset(q, 0, 32);
+        *s0 = *s1 = 0;
+        return;
     }
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(q1));
+    *s0 = _mm512_reduce_add_epi32(q0);
+    *s1 = _mm512_reduce_add_epi32(q1);
+}
+
+void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int16_t *s) {
+    for (int64_t b = 0; b < k / MM_QK; b++) {
+        int s0, s1;
+        quant_block(x + 32 * b, q + 32 * b, d + b, &s0, &s1);
+        s[2 * b] = (int16_t)s0;
+        s[2 * b + 1] = (int16_t)s1;
+    }
+}
+
+void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R, int64_t k,
+                              uint8_t *panel) {
+    for (int r = 0; r < R; r++)
+        for (int64_t b = 0; b < k / MM_QK; b++) {
+            uint8_t *blk = panel + (size_t)b * (size_t)R * MM_PB;
+            float d;
+            int s0, s1;
+            quant_block(x + r * ldx + 32 * b, (int8_t *)blk + 32 * r, &d, &s0, &s1);
+            const int sum = s0 + s1;
+            int32_t aux;
+            if (type == INVAR_T_Q4_1) {
+                const float fs = (float)sum;
+                memcpy(&aux, &fs, 4);
+            } else {
+                aux = (type == INVAR_T_Q8_0 ? -128 : -8) * sum;
+            }
+            memcpy(blk + 32 * R + 4 * r, &d, 4);
+            memcpy(blk + 36 * R + 4 * r, &aux, 4);
+        }
 }
 
 /* ---- Float weights: 64 FMA lanes over k (4 zmm), fixed tree (matmul_scalar.c). ---- */

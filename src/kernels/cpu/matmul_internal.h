@@ -46,6 +46,18 @@ typedef struct {
     int64_t nb;
 } mm_xq;
 
+/* Activation panels: the AVX-512 layout of the quantised activations for Q4_0, Q4_1
+ * and Q8_0 weights. Rows are grouped in panels of MM_PR (the last panel has m % MM_PR
+ * rows, R in general); panel p starts at byte p * MM_PR * nb * MM_PB and holds, for
+ * each block b at offset b * R * MM_PB:
+ *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)
+ * with aux the type's row-only block constant, exact: Q4_0 int32 -8*sum(q),
+ * Q8_0 int32 -128*sum(q), Q4_1 float (float)sum(q). The R rows of a block sit side by
+ * side, so a kernel addresses any row of the panel at a constant offset from one
+ * pointer. Same total size as the row layout of mm_xq (k + 8 bytes per block). */
+#define MM_PR 8
+#define MM_PB 40 /* bytes per row per block */
+
 /* One call's arguments, shared by all tasks. */
 typedef struct {
     const cpu_weight *w;
@@ -53,6 +65,7 @@ typedef struct {
     const float *x; /* float activations (float weight types) */
     int64_t ldx;
     mm_xq xq;       /* quantised activations (quantised weight types) */
+    uint8_t *xp;    /* or activation panels (AVX-512 with a panel type), else NULL */
     float *y;
     int64_t ldy;
 } mm_args;
@@ -66,6 +79,11 @@ size_t mm_rec_bytes(uint32_t type);
 void mm_quantize_row_scalar(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
 void mm_quantize_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
 void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
+/* Rows [p*MM_PR, p*MM_PR + R) of x (row stride ldx) into panel p (see above); the q and
+ * d bits equal those of mm_quantize_row_*. */
+int mm_panel_type(uint32_t type);
+void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R, int64_t k,
+                              uint8_t *panel);
 /* Per-block scale from max|x|, shared by all quantisers so this scalar maths is one
  * piece of code. Returns 0 when the block's quants must be all zero: max 0 or tiny
  * (d = 0), or `bad` = a non-finite input (d = NaN, so the outputs become NaN). */
