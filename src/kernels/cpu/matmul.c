@@ -188,8 +188,13 @@ void cpu_weight_free(cpu_weight *w) {
 
 static size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
+/* Float types: row stride of the staged activations (whole 64-byte lines). */
+static int64_t staged_ldx(int64_t k) { return (k + 15) / 16 * 16; }
+
 size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m) {
-    if (!mm_is_quantised(w->type) || m <= 0) return 0;
+    if (m <= 0) return 0;
+    if (!mm_is_quantised(w->type))
+        return m >= 2 ? 64 + (size_t)m * (size_t)staged_ldx(w->k) * sizeof(float) : 0;
     const size_t nb = (size_t)(w->k / MM_QK);
     return 64 + align64((size_t)m * (size_t)w->k) + align64((size_t)m * nb * sizeof(float)) +
            align64((size_t)m * nb * 2 * sizeof(int16_t));
@@ -257,6 +262,26 @@ static void task_quant(void *ctx, int64_t t) {
     else mm_quant_scalar(T->a, g0, g1);
 }
 
+/* Float types: copies activation rows to 64-byte aligned rows whose stride is whole
+ * cache lines, so no vector load of x splits a line (the callers' buffers come from
+ * malloc). Values are copied, so no result can change. */
+static void stage_rows(const mm_args *a, float *dst, int64_t i0, int64_t i1) {
+    const int64_t ld = staged_ldx(a->w->k);
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(dst + i * ld, a->x + i * a->ldx, (size_t)a->w->k * sizeof(float));
+}
+
+typedef struct {
+    const mm_args *a;
+    float *dst;
+} stage_task;
+
+static void task_stage(void *ctx, int64_t t) {
+    const stage_task *S = ctx;
+    const int64_t i0 = t * QUANT_ROWS_PER_TASK, i1 = i0 + QUANT_ROWS_PER_TASK;
+    stage_rows(S->a, S->dst, i0, i1 < S->a->m ? i1 : S->a->m);
+}
+
 static void task_float(void *ctx, int64_t t) {
     const mm_task *T = ctx;
     int64_t j0 = t * FCOLS_PER_TASK, j1 = j0 + FCOLS_PER_TASK;
@@ -291,6 +316,15 @@ void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, 
         const int64_t gpt = groups_per_task(ngroups);
         threadpool_run(tp, task_quant, &T, (ngroups + gpt - 1) / gpt);
     } else {
+        if (m >= 2 && scratch && (((uintptr_t)x & 63) || (ldx & 15))) {
+            stage_task S = {&a, (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
+            if (m * w->k >= 32768)
+                threadpool_run(tp, task_stage, &S, (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK);
+            else
+                stage_rows(&a, S.dst, 0, m);
+            a.x = S.dst;
+            a.ldx = staged_ldx(w->k);
+        }
         threadpool_run(tp, task_float, &T, (w->n + FCOLS_PER_TASK - 1) / FCOLS_PER_TASK);
     }
 }

@@ -384,11 +384,16 @@ void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R,
         }
 }
 
-/* ---- Float weights: 64 FMA lanes over k (4 zmm), fixed tree (matmul_scalar.c). ---- */
+/* ---- Float weights: 64 FMA lanes over k (4 zmm), fixed tree (matmul_scalar.c). ----
+ * A tile is R rows x 1 column: 4R accumulators (R <= 7 fits the 32 registers), each
+ * converted weight vector feeds R FMAs whose activation operand comes from memory.
+ * The R activation rows are re-read for every column of the task, so R is chosen to
+ * keep them in L1 (FR_BYTES). */
 
-#define FR 4
+#define FRMAX 7
+#define FR_BYTES 30000
 
-AI __m512 wload(uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
+AI __m512 wload(const uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
     switch (type) {
     case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)wrow + kk));
     case INVAR_T_BF16: {
@@ -399,25 +404,57 @@ AI __m512 wload(uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
     }
 }
 
-AI float tree(const __m512 *A) {
-    __m512 v = _mm512_add_ps(_mm512_add_ps(A[0], A[1]), _mm512_add_ps(A[2], A[3]));
-    __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
-    __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-    __m128 v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
-    return _mm_cvtss_f32(v1);
+AI __m512 wload_full(const uint32_t type, const void *wrow, int64_t kk) {
+    switch (type) {
+    case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wrow + kk)));
+    case INVAR_T_BF16: {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wrow + kk)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    default: return _mm512_loadu_ps((const float *)wrow + kk);
+    }
 }
 
-AI void fdot_rows(uint32_t type, const float *x, int64_t ldx, const void *wrow, int64_t k,
-                  const int R, float *out) {
-    __m512 A[FR][4];
+/* The lane tree of matmul_scalar.c for 16 columns at once. V[c] holds column c's
+ * v = (L0 + L1) + (L2 + L3) (per 16-lane vector); the halving steps
+ * v[l] = v[l] + v[l + h], h = 8, 4, 2, 1, are done on vectors that pack two, four,
+ * eight and then all sixteen columns side by side, so each add serves several columns:
+ * the same adds of the same operands as the scalar tree, 15 vector adds and 31
+ * shuffles for 16 columns instead of a horizontal reduction per column. Lane c of the
+ * result is column c. */
+AI __m512 tree16(const __m512 *V) {
+    __m512 S[8], T[4], U[2];
+    UNROLL for (int i = 0; i < 8; i++) /* h = 8: halves of columns 2i, 2i+1 */
+        S[i] = _mm512_add_ps(_mm512_shuffle_f32x4(V[2 * i], V[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(V[2 * i], V[2 * i + 1], 0xEE));
+    UNROLL for (int i = 0; i < 4; i++) /* h = 4: quarter q of T[i] is column 4i + q */
+        T[i] = _mm512_add_ps(_mm512_shuffle_f32x4(S[2 * i], S[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(S[2 * i], S[2 * i + 1], 0xDD));
+    UNROLL for (int i = 0; i < 2; i++) /* h = 2: quarter q: columns 8i+q, 8i+4+q (2 lanes each) */
+        U[i] = _mm512_add_ps(_mm512_shuffle_ps(T[2 * i], T[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(T[2 * i], T[2 * i + 1], 0xEE));
+    /* h = 1: lane 4q + s holds column 4s + q */
+    const __m512 Z = _mm512_add_ps(_mm512_shuffle_ps(U[0], U[1], 0x88), _mm512_shuffle_ps(U[0], U[1], 0xDD));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, Z);
+}
+
+/* v[r] = (L0 + L1) + (L2 + L3) of rows r < R against one weight row. */
+AI void fdot_rows(const uint32_t type, const float *x, int64_t ldx, const void *wrow, int64_t k,
+                  const int R, __m512 *v) {
+    __m512 A[FRMAX][4];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++) A[r][q] = _mm512_setzero_ps();
     int64_t kk = 0;
+    const int wsz = type == INVAR_T_F32 ? 4 : 2;
     for (; kk + MM_FLANES <= k; kk += MM_FLANES) {
-        __m512 W[4];
-        UNROLL for (int q = 0; q < 4; q++) W[q] = wload(type, wrow, kk + 16 * q, 0xFFFF);
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++)
-            A[r][q] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + kk + 16 * q), W[q], A[r][q]);
+        /* Weight stream prefetch (see prefetch_rec): decode (R = 1) is bound by it. */
+        for (int o = 0; o < MM_FLANES * wsz; o += 64)
+            _mm_prefetch((const char *)wrow + kk * wsz + PF_DIST + o, _MM_HINT_T0);
+        UNROLL for (int q = 0; q < 4; q++) {
+            const __m512 W = wload_full(type, wrow, kk + 16 * q);
+            UNROLL for (int r = 0; r < R; r++)
+                A[r][q] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + kk + 16 * q), W, A[r][q]);
+        }
     }
     UNROLL for (int q = 0; q < 4; q++) {
         const int64_t left = k - kk - 16 * q;
@@ -428,25 +465,57 @@ AI void fdot_rows(uint32_t type, const float *x, int64_t ldx, const void *wrow, 
             A[r][q] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + kk + 16 * q), W,
                                             A[r][q], m);
     }
-    UNROLL for (int r = 0; r < R; r++) out[r] = tree(A[r]);
+    UNROLL for (int r = 0; r < R; r++)
+        v[r] = _mm512_add_ps(_mm512_add_ps(A[r][0], A[r][1]), _mm512_add_ps(A[r][2], A[r][3]));
 }
+
+/* Columns [j0, j1) for rows [i0, i0 + R), 16 columns at a time (j0 is a multiple of
+ * 16): the weight type and R are constants here. */
+AI void float_cols(const mm_args *a, const uint32_t type, int64_t i0, const int R, int64_t j0,
+                   int64_t j1) {
+    const cpu_weight *w = a->w;
+    const float *x = a->x + i0 * a->ldx;
+    __m512 V[FRMAX][16], v[FRMAX];
+    for (int64_t jg = j0; jg < j1; jg += 16) {
+        const int nc = (int)(j1 - jg < 16 ? j1 - jg : 16);
+        for (int c = 0; c < nc; c++) {
+            fdot_rows(type, x, a->ldx, (const uint8_t *)w->data + (jg + c) * w->row_bytes, w->k, R, v);
+            UNROLL for (int r = 0; r < R; r++) V[r][c] = v[r];
+        }
+        for (int c = nc; c < 16; c++) /* absent columns: defined values, results unused */
+            UNROLL for (int r = 0; r < R; r++) V[r][c] = _mm512_setzero_ps();
+        const __mmask16 cm = (__mmask16)((1u << nc) - 1);
+        UNROLL for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + jg, cm, tree16(V[r]));
+    }
+}
+
+#define FLOAT_TYPE(NAME, TYPE)                                                            \
+    static void NAME(const mm_args *a, int64_t i0, int R, int64_t j0, int64_t j1) {       \
+        switch (R) {                                                                      \
+        case 1: float_cols(a, TYPE, i0, 1, j0, j1); break;                                \
+        case 2: float_cols(a, TYPE, i0, 2, j0, j1); break;                                \
+        case 3: float_cols(a, TYPE, i0, 3, j0, j1); break;                                \
+        case 4: float_cols(a, TYPE, i0, 4, j0, j1); break;                                \
+        case 5: float_cols(a, TYPE, i0, 5, j0, j1); break;                                \
+        case 6: float_cols(a, TYPE, i0, 6, j0, j1); break;                                \
+        default: float_cols(a, TYPE, i0, 7, j0, j1); break;                               \
+        }                                                                                 \
+    }
+
+FLOAT_TYPE(float_f16, INVAR_T_F16)
+FLOAT_TYPE(float_bf16, INVAR_T_BF16)
+FLOAT_TYPE(float_f32, INVAR_T_F32)
 
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
     const cpu_weight *w = a->w;
-    float out[FR];
+    int64_t fr = FR_BYTES / (4 * w->k);
+    fr = fr < 1 ? 1 : fr > FRMAX ? FRMAX : fr;
     /* Row blocks outer: the block's x rows stay in L1 across the task's columns. */
-    for (int64_t i0 = 0; i0 < a->m; i0 += FR) {
-        const int64_t R = a->m - i0 < FR ? a->m - i0 : FR;
-        const float *x = a->x + i0 * a->ldx;
-        for (int64_t j = j0; j < j1; j++) {
-            const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
-            switch (R) {
-            case 1: fdot_rows(w->type, x, a->ldx, wrow, w->k, 1, out); break;
-            case 2: fdot_rows(w->type, x, a->ldx, wrow, w->k, 2, out); break;
-            case 3: fdot_rows(w->type, x, a->ldx, wrow, w->k, 3, out); break;
-            default: fdot_rows(w->type, x, a->ldx, wrow, w->k, 4, out); break;
-            }
-            for (int64_t r = 0; r < R; r++) a->y[(i0 + r) * a->ldy + j] = out[r];
-        }
+    for (int64_t i0 = 0; i0 < a->m; i0 += fr) {
+        const int R = (int)(a->m - i0 < fr ? a->m - i0 : fr);
+        if (w->type == INVAR_T_F16) float_f16(a, i0, R, j0, j1);
+        else if (w->type == INVAR_T_BF16) float_bf16(a, i0, R, j0, j1);
+        else float_f32(a, i0, R, j0, j1);
     }
 }
