@@ -8,7 +8,9 @@
  *                     [-T min_ms]
  * Prints one line per (type, shape, m): median ns per call and GMAC/s (m*n*k / time)
  * over `reps` repetitions; each repetition runs the call enough times to last at least
- * min_ms (default 20). Weights and activations are random (seeded, so runs compare). */
+ * min_ms (default 20). Weights and activations are random (seeded, so runs compare).
+ * Time is this thread's CPU time (the calls run on the calling thread): on a shared
+ * machine, wall time also counts the slices other processes take from this core. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +32,7 @@ static float rndf(void) { return (float)(rnd() & 0xFFFFFF) / 8388608.0f - 1.0f; 
 
 static double now_ns(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
 }
 

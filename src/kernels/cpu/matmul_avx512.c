@@ -180,103 +180,152 @@ AI void dot_rows(const __m512i *Q, const uint8_t *xb, const int R, __m512i *P) {
         P[r] = dpm(P[r], Q[t], xb + 32 * r + 4 * t);
 }
 
-AI void unpack_q4_seq(const uint8_t *rec, __m512i *Q) {
+/* One weight record of a panel type, ready for dot_rows: Q[t] (unsigned bytes), the
+ * column scales dw and (Q4_1) mins mw. */
+AI void unpack_rec(const uint32_t type, const uint8_t *rec, __m512i *Q, __m512 *dw, __m512 *mw) {
+    if (type == INVAR_T_Q8_0) {
+        const __m512i off = _mm512_set1_epi8((char)0x80);
+        UNROLL for (int t = 0; t < 8; t++) Q[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
+        *dw = f16x16(rec + 512);
+        *mw = _mm512_setzero_ps();
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int t = 0; t < 4; t++) {
-        __m512i W = ldw(rec + 64 * t);
+        const __m512i W = ldw(rec + 64 * t);
         Q[t] = _mm512_and_si512(W, m4);
         Q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
     }
+    *dw = f16x16(rec + 256);
+    *mw = type == INVAR_T_Q4_1 ? f16x16(rec + 288) : _mm512_setzero_ps();
 }
 
-AI void p_q4_0(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
+AI size_t rec_bytes(const uint32_t type) {
+    return type == INVAR_T_Q8_0 ? MM_REC_Q8_0 : type == INVAR_T_Q4_1 ? MM_REC_Q4_1 : MM_REC_Q4_0;
+}
+
+/* One block of one group for the R rows of a panel block xb: the scalar terms
+ *   Q4_0, Q8_0: f = dw * (float)(dot + aux)          (aux = -8 / -128 * sum)
+ *   Q4_1:       f = dw * (float)dot + mw * aux        (aux = (float)sum)
+ * then acc = acc + dx * f. */
+AI void block_rows(const uint32_t type, const __m512i *Q, __m512 dw, __m512 mw, const uint8_t *xb,
+                   const int R, __m512 *acc) {
+    __m512i P[MM_PR];
+    UNROLL for (int r = 0; r < R; r++)
+        P[r] = type == INVAR_T_Q4_1 ? _mm512_setzero_si512() : bcasti(xb + 36 * R + 4 * r);
+    dot_rows(Q, xb, R, P);
+    UNROLL for (int r = 0; r < R; r++) {
+        __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
+        if (type == INVAR_T_Q4_1) f = _mm512_add_ps(f, _mm512_mul_ps(mw, bcastf(xb + 36 * R + 4 * r)));
+        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+    }
+}
+
+/* Streaming: each record unpacked for this panel only (decode: few rows). */
+AI void panel_stream(const uint32_t type, const uint8_t *grp, const uint8_t *xp, int64_t nb,
+                     const int R, __m512 *acc) {
+    const size_t rb = rec_bytes(type);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q4_0, *xb = xp + b * R * MM_PB;
-        prefetch_rec(rec, MM_REC_Q4_0);
-        __m512i Q[8], P[MM_PR];
-        unpack_q4_seq(rec, Q);
-        const __m512 dw = f16x16(rec + 256);
-        UNROLL for (int r = 0; r < R; r++) P[r] = bcasti(xb + 36 * R + 4 * r); /* -8 sum */
-        dot_rows(Q, xb, R, P);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
-        }
+        const uint8_t *rec = grp + b * rb;
+        prefetch_rec(rec, (int)rb);
+        __m512i Q[8];
+        __m512 dw, mw;
+        unpack_rec(type, rec, Q, &dw, &mw);
+        block_rows(type, Q, dw, mw, xp + b * R * MM_PB, R, acc);
     }
 }
 
-AI void p_q4_1(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
+/* Unpacked group (see run_panels): per block Q[8], dw, mw as 640 bytes. */
+#define UREC 640
+#ifndef UBUF
+#define UBUF (24 * UREC) /* K up to 768: leaves L1 room for the activation panels */
+#endif
+
+AI void panel_unpacked(const uint32_t type, const uint8_t *U, const uint8_t *xp, int64_t nb,
+                       const int R, __m512 *acc) {
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q4_1, *xb = xp + b * R * MM_PB;
-        prefetch_rec(rec, MM_REC_Q4_1);
-        __m512i Q[8], P[MM_PR];
-        unpack_q4_seq(rec, Q);
-        const __m512 dw = f16x16(rec + 256), mw = f16x16(rec + 288);
-        UNROLL for (int r = 0; r < R; r++) P[r] = _mm512_setzero_si512();
-        dot_rows(Q, xb, R, P);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512 f1 = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
-            const __m512 f2 = _mm512_mul_ps(mw, bcastf(xb + 36 * R + 4 * r)); /* (float)sum */
-            const __m512 f = _mm512_add_ps(f1, f2);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
-        }
+        const uint8_t *u = U + b * UREC;
+        __m512i Q[8];
+        UNROLL for (int t = 0; t < 8; t++) Q[t] = _mm512_load_si512((const void *)(u + 64 * t));
+        block_rows(type, Q, _mm512_load_ps((const void *)(u + 512)), _mm512_load_ps((const void *)(u + 576)),
+                   xp + b * R * MM_PB, R, acc);
     }
 }
 
-AI void p_q8_0(const uint8_t *grp, const uint8_t *xp, int64_t nb, const int R, __m512 *acc) {
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = grp + b * MM_REC_Q8_0, *xb = xp + b * R * MM_PB;
-        prefetch_rec(rec, MM_REC_Q8_0);
-        __m512i W[8], P[MM_PR];
-        UNROLL for (int t = 0; t < 8; t++) W[t] = _mm512_xor_si512(ldw(rec + 64 * t), off);
-        const __m512 dw = f16x16(rec + 512);
-        UNROLL for (int r = 0; r < R; r++) P[r] = bcasti(xb + 36 * R + 4 * r); /* -128 sum */
-        dot_rows(W, xb, R, P);
-        UNROLL for (int r = 0; r < R; r++) {
-            const __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+AI void store_rows(const mm_args *a, int64_t i0, int64_t g, const int R, const __m512 *acc) {
+    const int64_t left = a->w->n - g * MM_NC;
+    const __mmask16 cm = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1);
+    UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + g * MM_NC, cm, acc[r]);
+}
+
+AI void tile(const mm_args *a, const uint32_t type, const uint8_t *src, int unpacked, int64_t i0,
+             int64_t g, const int R) {
+    const int64_t nb = a->xq.nb;
+    const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * MM_PB;
+    __m512 acc[MM_PR];
+    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    if (unpacked) panel_unpacked(type, src, xp, nb, R, acc);
+    else panel_stream(type, src, xp, nb, R, acc);
+    store_rows(a, i0, g, R, acc);
+}
+
+#define TILE_R(a, type, src, unpacked, i0, g, R)                  \
+    switch (R) {                                                  \
+    case 1: tile(a, type, src, unpacked, i0, g, 1); break;        \
+    case 2: tile(a, type, src, unpacked, i0, g, 2); break;        \
+    case 3: tile(a, type, src, unpacked, i0, g, 3); break;        \
+    case 4: tile(a, type, src, unpacked, i0, g, 4); break;        \
+    case 5: tile(a, type, src, unpacked, i0, g, 5); break;        \
+    case 6: tile(a, type, src, unpacked, i0, g, 6); break;        \
+    case 7: tile(a, type, src, unpacked, i0, g, 7); break;        \
+    default: tile(a, type, src, unpacked, i0, g, 8); break;       \
+    }
+
+/* Groups [g0, g1) for all rows. With three panels or more, each group's records are
+ * unpacked once into an L1-sized buffer that every panel then reads (the nibble and
+ * scale unpacking is paid once per group instead of once per panel); with fewer, or
+ * a K too long for the buffer, the records are unpacked as they stream (for one or
+ * two panels streaming overlaps the weight reads with the dots better). */
+AI void run_panels(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1) {
+    const int64_t nb = a->xq.nb;
+    const size_t rb = rec_bytes(type);
+    const uint8_t *packed = (const uint8_t *)a->w->packed;
+    if (a->m > 2 * MM_PR && nb * UREC <= UBUF) {
+        _Alignas(64) uint8_t U[UBUF];
+        for (int64_t g = g0; g < g1; g++) {
+            const uint8_t *grp = packed + (size_t)(g * nb) * rb;
+            for (int64_t b = 0; b < nb; b++) {
+                __m512i Q[8];
+                __m512 dw, mw;
+                prefetch_rec(grp + b * rb, (int)rb);
+                unpack_rec(type, grp + b * rb, Q, &dw, &mw);
+                uint8_t *u = U + b * UREC;
+                UNROLL for (int t = 0; t < 8; t++) _mm512_store_si512((void *)(u + 64 * t), Q[t]);
+                _mm512_store_ps((void *)(u + 512), dw);
+                _mm512_store_ps((void *)(u + 576), mw);
+            }
+            /* The next group's records towards L2 while the panels run on this one:
+             * with few panels (batched decode, the output head) the weights come
+             * from DRAM and the unpack loop would otherwise wait on them. */
+            if (g + 1 < g1)
+                for (size_t o = 0; o < (size_t)nb * rb; o += 64)
+                    _mm_prefetch((const char *)grp + (size_t)nb * rb + o, _MM_HINT_T1);
+            for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
+                const int R = (int)(a->m - i0 < MM_PR ? a->m - i0 : MM_PR);
+                TILE_R(a, type, U, 1, i0, g, R)
+            }
         }
+        return;
+    }
+    for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
+        const int R = (int)(a->m - i0 < MM_PR ? a->m - i0 : MM_PR);
+        for (int64_t g = g0; g < g1; g++) TILE_R(a, type, packed + (size_t)(g * nb) * rb, 0, i0, g, R)
     }
 }
 
-#define RUN_PANEL(K, R)                                                                 \
-    do {                                                                                \
-        __m512 acc[R];                                                                  \
-        UNROLL for (int r = 0; r < (R); r++) acc[r] = _mm512_setzero_ps();              \
-        K(grp, xp, nb, (R), acc);                                                       \
-        UNROLL for (int r = 0; r < (R); r++)                                            \
-            _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + g * MM_NC, cmask, acc[r]); \
-    } while (0)
-
-#define PANEL_LOOP(NAME, K, REC)                                                        \
-    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
-        const cpu_weight *w = a->w;                                                     \
-        const int64_t nb = a->xq.nb;                                                    \
-        for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {                                  \
-            const int64_t R = a->m - i0 < MM_PR ? a->m - i0 : MM_PR;                    \
-            const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * MM_PB;                \
-            for (int64_t g = g0; g < g1; g++) {                                         \
-                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nb) * (REC); \
-                const int64_t left = w->n - g * MM_NC;                                  \
-                const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
-                switch (R) {                                                            \
-                case 1: RUN_PANEL(K, 1); break;                                         \
-                case 2: RUN_PANEL(K, 2); break;                                         \
-                case 3: RUN_PANEL(K, 3); break;                                         \
-                case 4: RUN_PANEL(K, 4); break;                                         \
-                case 5: RUN_PANEL(K, 5); break;                                         \
-                case 6: RUN_PANEL(K, 6); break;                                         \
-                case 7: RUN_PANEL(K, 7); break;                                         \
-                default: RUN_PANEL(K, 8); break;                                        \
-                }                                                                       \
-            }                                                                           \
-        }                                                                               \
-    }
-
-PANEL_LOOP(run_p_q4_0, p_q4_0, MM_REC_Q4_0)
-PANEL_LOOP(run_p_q4_1, p_q4_1, MM_REC_Q4_1)
-PANEL_LOOP(run_p_q8_0, p_q8_0, MM_REC_Q8_0)
+static void run_p_q4_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_0, g0, g1); }
+static void run_p_q4_1(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_1, g0, g1); }
+static void run_p_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q8_0, g0, g1); }
 
 /* Runs kernel K for rows [i0, i0+R) of group g and stores the valid columns. */
 #define RUN_ROWS(K, R)                                                                  \
