@@ -67,10 +67,9 @@ static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling
                       int32_t *idx, float *w) {
     const float mx = logits[argmax(logits, n_vocab)];
     double total = 0.0;
-    for (int64_t i = 0; i < n_vocab; i++) {
-        w[i] = invar_expf((logits[i] - mx) / s->temperature);
-        total += w[i];
-    }
+    for (int64_t i = 0; i < n_vocab; i++) w[i] = (logits[i] - mx) / s->temperature;
+    invar_expf_n(w, 0.0f, w, n_vocab);
+    for (int64_t i = 0; i < n_vocab; i++) total += w[i];
     const bool truncate = s->top_k > 0 || s->min_p > 0.0f || s->top_p < 1.0f;
     if (!truncate) { /* plain temperature: walk in id order */
         double u = rng_uniform(s->seed, (uint64_t)position) * total, cum = 0.0;
