@@ -52,17 +52,6 @@ void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const 
     }
 }
 
-float row_logsumexp(const float *x, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    if (!isfinite(mx)) return mx;
-    double s = 0.0;
-    float e[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        const int64_t c = n - i0 < 256 ? n - i0 : 256;
-        invar_expf_n(x + i0, mx, e, c);
-        for (int64_t i = 0; i < c; i++) s += (double)e[i]; /* index order */
-    }
-    return mx + (float)log(s);
-}
+float row_logsumexp(const float *x, int64_t n) { return vec16_active()->logsumexp(x, n); }
+
+int64_t row_argmax(const float *x, int64_t n) { return vec16_active()->argmax(x, n); }

@@ -37,8 +37,10 @@ void row_add(float *y, const float *x, int64_t n);
  * neox: pairs (i, i + n_rot/2) (Qwen); else adjacent pairs (2i, 2i+1) (Llama in GGUF). */
 void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float *cs, bool neox);
 
-/* log-softmax statistics of a row: returns log(sum(exp(x - max))) + max, computed with
- * a sequential double accumulation in index order. */
+/* log-softmax statistics of a row: log(sum(exp(x - max))) + max, the sum accumulated in
+ * double in 16 lanes (element i in lane i % 16, index order) and then a fixed tree. */
 float row_logsumexp(const float *x, int64_t n);
+/* First index of the largest element (NaNs ignored). */
+int64_t row_argmax(const float *x, int64_t n);
 
 #endif

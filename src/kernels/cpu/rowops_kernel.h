@@ -1,5 +1,6 @@
 /* Vectorised row operations, compiled once per ISA (vec16_*.c) from this one source;
  * lane-wise IEEE operations only, so every ISA gives the same bits. */
+#include <math.h>
 #include <string.h>
 
 #include "vec16.h"
@@ -30,4 +31,42 @@ static void expf_n_any(const float *x, float sub, float *y, int64_t n) {
         const f32x16 e = invar_exp16(load_tail(x + i, n - i) - sub);
         memcpy(y + i, &e, sizeof(float) * (size_t)(n - i));
     }
+}
+
+/* Largest element, NaNs ignored (-inf if none); any order gives the same value. */
+static float max_any(const float *x, int64_t n) {
+    f32x16 mv = v16_splat(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) mv = v16_max(v16_load(x + i), mv);
+    float mx = v16_max_lanes(mv);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+/* First index holding the largest element (0 if there is none). */
+static int64_t argmax_any(const float *x, int64_t n) {
+    const float mx = max_any(x, n);
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
+/* log(sum(exp(x - max))) + max: 16 double accumulators (element i goes to i % 16, in
+ * index order), then a fixed tree. */
+static float logsumexp_any(const float *x, int64_t n) {
+    const float mx = max_any(x, n);
+    if (!isfinite(mx)) return mx;
+    double acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const f32x16 e = invar_exp16(v16_load(x + i) - mx);
+        for (int l = 0; l < 16; l++) acc[l] += (double)e[l];
+    }
+    if (i < n) {
+        const f32x16 e = invar_exp16(load_tail(x + i, n - i) - mx);
+        for (int l = 0; l < n - i; l++) acc[l] += (double)e[l];
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] = acc[l] + acc[l + w];
+    return mx + (float)log(acc[0]);
 }

@@ -88,7 +88,7 @@ V16_AI float v16_max_lanes(f32x16 v) {
     return m;
 }
 
-/* e^x, lane-wise, within 2 ulp of the exact value for normal results. Range reduction
+/* e^x, lane-wise, within 1 ulp of the exact value for normal results (test_vec16). Range reduction
  * x = n ln2 + r with n = nearest integer of x log2(e) (by the 1.5*2^23 rounding trick,
  * whose bits also give n as an integer), ln2 split in two parts so n*ln2_hi is exact, a
  * degree-6 polynomial for e^r on |r| <= ln2/2, then scaling by 2^n built from bits (as
