@@ -14,7 +14,9 @@
 /* All functions here are always inlined, so no vector crosses a call boundary: the ABI
  * note GCC gives for 64-byte vectors in non-AVX-512 units (at every use, hence for the
  * rest of the including file) does not apply. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
