@@ -9,6 +9,7 @@
  * are per-token / per-row by construction, a prefix-cache hit reuses bits that the same
  * tokens at the same positions produce anyway, and a preempted request recomputes them. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,9 @@ struct invar_engine {
     block_pool pool;
     fwd_state *fwd;
     float *logits;
-    int32_t *work_idx;
+    int32_t *work_idx;          /* sampler work space, one vocab-sized slot per thread */
     float *work_p;
+    invar_token_info *infos;    /* per logits row of a step */
     request **reqs;             /* by id; NULL once released */
     int64_t n_reqs, cap_reqs;
     int64_t *running;           /* ids, in admission order */
@@ -110,15 +112,16 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->fwd = fwd_state_create(m, cfg.max_batch_tokens, cfg.max_batch);
     size_t V = (size_t)m->cfg.n_vocab, T = (size_t)cfg.max_batch_tokens;
     e->logits = malloc(sizeof(float) * V * (size_t)cfg.max_batch);
-    e->work_idx = malloc(sizeof(int32_t) * V);
-    e->work_p = malloc(sizeof(float) * V);
+    e->work_idx = malloc(sizeof(int32_t) * V * (size_t)cfg.n_threads);
+    e->work_p = malloc(sizeof(float) * V * (size_t)cfg.n_threads);
+    e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
     e->b_tokens = malloc(sizeof(int32_t) * T);
     e->b_pos = malloc(sizeof(int32_t) * T);
     e->b_tables = malloc(sizeof(*e->b_tables) * T);
     e->b_logit_rows = malloc(sizeof(int32_t) * (size_t)cfg.max_batch);
     e->b_logit_req = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
-    if (!e->tp || !e->fwd || !e->logits || !e->work_idx || !e->work_p || !e->running || !e->b_tokens ||
+    if (!e->tp || !e->fwd || !e->logits || !e->work_idx || !e->work_p || !e->infos || !e->running || !e->b_tokens ||
         !e->b_pos || !e->b_tables || !e->b_logit_rows || !e->b_logit_req)
         FAIL("out of memory");
     *out = e;
@@ -146,6 +149,7 @@ void invar_engine_free(invar_engine *e) {
     free(e->logits);
     free(e->work_idx);
     free(e->work_p);
+    free(e->infos);
     free(e->running);
     free(e->b_tokens);
     free(e->b_pos);
@@ -379,6 +383,34 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     if (e->cb) e->cb(e->cb_user, r->id, info);
 }
 
+/* Samples every logits row of a step into e->infos. A row's token depends only on that
+ * row, its request's parameters and position, so the rows can be spread over the pool:
+ * task `slot` (one per thread at most) takes rows in turn and uses work space `slot`.
+ * Callbacks run afterwards, in row order, on the calling thread (emit). */
+typedef struct {
+    invar_engine *e;
+    int64_t n_rows;
+    _Atomic int64_t next;
+} sample_ctx;
+
+static void sample_task(void *p, int64_t slot) {
+    sample_ctx *c = p;
+    invar_engine *e = c->e;
+    const int64_t V = e->im->m->cfg.n_vocab;
+    for (int64_t i; (i = atomic_fetch_add(&c->next, 1)) < c->n_rows;) {
+        const request *r = e->reqs[e->b_logit_req[i]];
+        if (!r || r->state != REQ_RUNNING) continue;
+        sampler_choose(e->logits + i * V, V, &r->samp, r->n_seq, &e->infos[i], e->work_idx + slot * V,
+                       e->work_p + slot * V);
+    }
+}
+
+static void sample_rows(invar_engine *e, int64_t n_rows) {
+    sample_ctx c = {e, n_rows, 0};
+    const int64_t slots = threadpool_size(e->tp);
+    threadpool_run(e->tp, sample_task, &c, n_rows < slots ? n_rows : slots);
+}
+
 static int step_locked(invar_engine *e) {
     admit(e);
     allocate(e);
@@ -409,13 +441,11 @@ static int step_locked(invar_engine *e) {
         }
         e->tokens_computed += T;
         for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, e->reqs[e->running[i]]);
-        const int64_t V = e->im->m->cfg.n_vocab;
+        sample_rows(e, n_logits);
         for (int64_t i = 0; i < n_logits; i++) {
             request *r = e->reqs[e->b_logit_req[i]];
             if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
-            invar_token_info info;
-            sampler_choose(e->logits + i * V, V, &r->samp, r->n_seq, &info, e->work_idx, e->work_p);
-            emit(e, r, &info);
+            emit(e, r, &e->infos[i]);
         }
     }
     return (int)e->n_active;

@@ -27,13 +27,6 @@ static int by_logit_desc(const void *a, const void *b, void *ctx) {
     return (i > j) - (i < j);
 }
 
-static int32_t argmax(const float *x, int64_t n) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = (int32_t)i;
-    return best;
-}
-
 /* The n best ids in the same total order, by insertion into a sorted list (n <= 20). */
 static void top_n(const float *x, int64_t n_vocab, int32_t n, int32_t *ids) {
     int32_t have = 0;
@@ -65,12 +58,11 @@ static int64_t collect(const float *w, int64_t n_vocab, float cut, int32_t *idx,
  * order), so the draw is a pure function of the logits row, the parameters and position. */
 static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
                       int32_t *idx, float *w) {
-    const float mx = logits[argmax(logits, n_vocab)];
+    const float mx = logits[(int32_t)row_argmax(logits, n_vocab)];
     double total = 0.0;
-    for (int64_t i = 0; i < n_vocab; i++) {
-        w[i] = invar_expf((logits[i] - mx) / s->temperature);
-        total += w[i];
-    }
+    for (int64_t i = 0; i < n_vocab; i++) w[i] = (logits[i] - mx) / s->temperature;
+    invar_expf_n(w, 0.0f, w, n_vocab);
+    for (int64_t i = 0; i < n_vocab; i++) total += w[i];
     const bool truncate = s->top_k > 0 || s->min_p > 0.0f || s->top_p < 1.0f;
     if (!truncate) { /* plain temperature: walk in id order */
         double u = rng_uniform(s->seed, (uint64_t)position) * total, cum = 0.0;
@@ -126,7 +118,7 @@ static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling
 
 void sampler_choose(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
                     invar_token_info *info, int32_t *work_idx, float *work_p) {
-    int32_t tok = s->temperature == 0.0f ? argmax(logits, n_vocab)
+    int32_t tok = s->temperature == 0.0f ? (int32_t)row_argmax(logits, n_vocab)
                                          : sample(logits, n_vocab, s, position, work_idx, work_p);
     float lse = row_logsumexp(logits, n_vocab);
     info->token = tok;

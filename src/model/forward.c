@@ -86,62 +86,121 @@ void fwd_state_free(fwd_state *s) {
     free(s);
 }
 
-static void add_bias(float *x, const float *b, int64_t T, int64_t n) {
-    if (!b) return;
-    for (int64_t t = 0; t < T; t++) row_add(x + t * n, b, n);
+/* Per-token work between the matmuls. Each token's row depends on that row only, so
+ * splitting the tokens over threads cannot change a bit; small batches (decode) run on
+ * the calling thread, where handing out tasks would cost more than it saves. */
+#define ROWS_PER_TASK 8
+#define ROWS_PARALLEL_MIN 32
+
+typedef struct rows_ctx rows_ctx;
+struct rows_ctx {
+    const model *m;
+    fwd_state *s;
+    kv_storage *kv;
+    const fwd_batch *b;
+    int64_t il;
+    void (*row)(const rows_ctx *c, int64_t t);
+};
+
+static void rows_task(void *p, int64_t task) {
+    const rows_ctx *c = p;
+    const int64_t t1 = (task + 1) * ROWS_PER_TASK;
+    for (int64_t t = task * ROWS_PER_TASK; t < t1 && t < c->b->n_tokens; t++) c->row(c, t);
 }
 
-static void attention_block(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv,
-                            const fwd_batch *b, int64_t il) {
+static void for_each_row(threadpool *tp, rows_ctx *c, void (*row)(const rows_ctx *, int64_t)) {
+    const int64_t T = c->b->n_tokens;
+    c->row = row;
+    if (T < ROWS_PARALLEL_MIN) {
+        for (int64_t t = 0; t < T; t++) row(c, t);
+        return;
+    }
+    threadpool_run(tp, rows_task, c, (T + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+}
+
+static void add_bias(float *x, const float *bias, int64_t n) {
+    if (bias) row_add(x, bias, n);
+}
+
+/* Token t enters layer 0: embedding, then the first attention norm. */
+static void row_embed(const rows_ctx *c, int64_t t) {
+    const model_config *cf = &c->m->cfg;
+    float *x = c->s->x + t * cf->n_embd;
+    model_embed(c->m, c->b->tokens[t], x);
+    row_rmsnorm(x, c->m->layers[0].attn_norm, c->s->xn + t * cf->n_embd, cf->n_embd, cf->rms_eps);
+}
+
+/* Biases, q/k norms, RoPE, and the token's K/V written into its sequence's cache (before
+ * any query of this batch reads it: attention runs after all rows are done). */
+static void row_qkv(const rows_ctx *c, int64_t t) {
+    const model_config *cf = &c->m->cfg;
+    const layer_weights *L = &c->m->layers[c->il];
+    const int64_t hd = cf->head_dim, qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
+    float *q = c->s->q + t * qd, *k = c->s->k + t * kvd, *v = c->s->v + t * kvd;
+    add_bias(q, L->bq, qd);
+    add_bias(k, L->bk, kvd);
+    add_bias(v, L->bv, kvd);
+    if (L->q_norm) {
+        for (int64_t h = 0; h < cf->n_head; h++) row_rmsnorm(q + h * hd, L->q_norm, q + h * hd, hd, cf->rms_eps);
+        for (int64_t h = 0; h < cf->n_head_kv; h++) row_rmsnorm(k + h * hd, L->k_norm, k + h * hd, hd, cf->rms_eps);
+    }
+    const float *cs = c->m->rope_cs + (size_t)c->b->pos[t] * (size_t)cf->n_rot;
+    row_rope(q, cf->n_head, hd, cf->n_rot, cs, cf->rope_neox);
+    row_rope(k, cf->n_head_kv, hd, cf->n_rot, cs, cf->rope_neox);
+    const size_t layer = (size_t)c->il * (size_t)c->kv->n_blocks * KV_BLOCK * (size_t)kvd;
+    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd};
+    attn_kv_store(&view, c->b->pos[t], k, v);
+    c->s->jobs[t] = (attn_job){q, c->s->attn + t * qd, view, c->b->pos[t]};
+}
+
+/* x += attention output (in xn); xn = ffn_norm(x). */
+static void row_attn_residual(const rows_ctx *c, int64_t t) {
+    const model_config *cf = &c->m->cfg;
+    const int64_t D = cf->n_embd;
+    float *x = c->s->x + t * D, *xn = c->s->xn + t * D;
+    row_add(x, xn, D);
+    row_rmsnorm(x, c->m->layers[c->il].ffn_norm, xn, D, cf->rms_eps);
+}
+
+static void row_silu(const rows_ctx *c, int64_t t) {
+    const int64_t F = c->m->cfg.n_ff;
+    float *g = c->s->gate + t * F;
+    row_silu_mul(g, c->s->up + t * F, g, F);
+}
+
+/* x += ffn output (in xn); xn = the next layer's attention norm of x. */
+static void row_ffn_residual(const rows_ctx *c, int64_t t) {
+    const model_config *cf = &c->m->cfg;
+    const int64_t D = cf->n_embd;
+    float *x = c->s->x + t * D, *xn = c->s->xn + t * D;
+    row_add(x, xn, D);
+    if (c->il + 1 < cf->n_layer) row_rmsnorm(x, c->m->layers[c->il + 1].attn_norm, xn, D, cf->rms_eps);
+}
+
+static void attention_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
-    const int64_t T = b->n_tokens, hd = c->head_dim;
-    const int64_t qd = c->n_head * hd, kvd = c->n_head_kv * hd;
-    const int64_t D = c->n_embd;
-
-    for (int64_t t = 0; t < T; t++) row_rmsnorm(s->x + t * D, L->attn_norm, s->xn + t * D, D, c->rms_eps);
+    const int64_t T = rc->b->n_tokens, hd = c->head_dim;
+    const int64_t qd = c->n_head * hd, kvd = c->n_head_kv * hd, D = c->n_embd;
     s->matmul(tp, &L->wq, s->xn, T, D, s->q, qd, s->scratch);
     s->matmul(tp, &L->wk, s->xn, T, D, s->k, kvd, s->scratch);
     s->matmul(tp, &L->wv, s->xn, T, D, s->v, kvd, s->scratch);
-    add_bias(s->q, L->bq, T, qd);
-    add_bias(s->k, L->bk, T, kvd);
-    add_bias(s->v, L->bv, T, kvd);
-
-    float *kpool = kv->k + (size_t)il * (size_t)kv->n_blocks * KV_BLOCK * (size_t)kvd;
-    float *vpool = kv->v + (size_t)il * (size_t)kv->n_blocks * KV_BLOCK * (size_t)kvd;
-    const int64_t half = c->n_rot / 2;
-    for (int64_t t = 0; t < T; t++) {
-        float *q = s->q + t * qd, *k = s->k + t * kvd;
-        if (L->q_norm) {
-            for (int64_t h = 0; h < c->n_head; h++) row_rmsnorm(q + h * hd, L->q_norm, q + h * hd, hd, c->rms_eps);
-            for (int64_t h = 0; h < c->n_head_kv; h++) row_rmsnorm(k + h * hd, L->k_norm, k + h * hd, hd, c->rms_eps);
-        }
-        const float *cs = m->rope_cs + (size_t)b->pos[t] * (size_t)half * 2;
-        row_rope(q, c->n_head, hd, c->n_rot, cs, c->rope_neox);
-        row_rope(k, c->n_head_kv, hd, c->n_rot, cs, c->rope_neox);
-        /* Write this token's K/V into its sequence's cache before any query reads it. */
-        attn_kv view = {kpool, vpool, b->block_tables[t], kvd};
-        memcpy((float *)attn_kv_row(kpool, &view, b->pos[t]), k, sizeof(float) * (size_t)kvd);
-        memcpy((float *)attn_kv_row(vpool, &view, b->pos[t]), s->v + t * kvd, sizeof(float) * (size_t)kvd);
-        s->jobs[t] = (attn_job){q, s->attn + t * qd, view, b->pos[t]};
-    }
+    for_each_row(tp, rc, row_qkv);
     attn_shape shape = {c->n_head, c->n_head_kv, hd, 1.0f / sqrtf((float)hd)};
     attn_run(tp, &shape, s->jobs, T);
-
     s->matmul(tp, &L->wo, s->attn, T, qd, s->xn, D, s->scratch);
-    for (int64_t t = 0; t < T; t++) row_add(s->x + t * D, s->xn + t * D, D);
+    for_each_row(tp, rc, row_attn_residual);
 }
 
-static void ffn_block(const model *m, fwd_state *s, threadpool *tp, const fwd_batch *b, int64_t il) {
+static void ffn_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
-    const int64_t T = b->n_tokens, D = c->n_embd, F = c->n_ff;
-    for (int64_t t = 0; t < T; t++) row_rmsnorm(s->x + t * D, L->ffn_norm, s->xn + t * D, D, c->rms_eps);
+    const int64_t T = rc->b->n_tokens, D = c->n_embd, F = c->n_ff;
     s->matmul(tp, &L->gate, s->xn, T, D, s->gate, F, s->scratch);
     s->matmul(tp, &L->up, s->xn, T, D, s->up, F, s->scratch);
-    for (int64_t t = 0; t < T; t++) row_silu_mul(s->gate + t * F, s->up + t * F, s->gate + t * F, F);
+    for_each_row(tp, rc, row_silu);
     s->matmul(tp, &L->down, s->gate, T, F, s->xn, D, s->scratch);
-    for (int64_t t = 0; t < T; t++) row_add(s->x + t * D, s->xn + t * D, D);
+    for_each_row(tp, rc, row_ffn_residual);
 }
 
 int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, const fwd_batch *b,
@@ -153,10 +212,12 @@ int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, 
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab) return -1;
         if (b->pos[t] < 0 || b->pos[t] >= m->rope_len) return -1;
     }
-    for (int64_t t = 0; t < T; t++) model_embed(m, b->tokens[t], s->x + t * D);
+    rows_ctx rc = {m, s, kv, b, 0, NULL};
+    for_each_row(tp, &rc, row_embed);
     for (int64_t il = 0; il < c->n_layer; il++) {
-        attention_block(m, s, tp, kv, b, il);
-        ffn_block(m, s, tp, b, il);
+        rc.il = il;
+        attention_block(m, s, tp, &rc, il);
+        ffn_block(m, s, tp, &rc, il);
     }
     for (int64_t i = 0; i < b->n_logits; i++) {
         int32_t r = b->logit_rows[i];

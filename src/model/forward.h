@@ -8,7 +8,8 @@
 #include "../kernels/cpu/threadpool.h"
 #include "model.h"
 
-/* KV storage: per layer, [n_blocks][KV_BLOCK][kv_dim] floats for K and for V. */
+/* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and for V
+ * (layout inside a block: attention.h). */
 typedef struct {
     int64_t n_blocks, kv_dim, n_layer;
     float *k, *v;

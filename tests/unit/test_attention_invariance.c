@@ -45,11 +45,8 @@ static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shu
             f->table[b] = f->table[j];
             f->table[j] = t;
         }
-    attn_kv view = {f->k, f->v, f->table, kvd};
-    for (int64_t p = 0; p < CTX; p++) {
-        memcpy((float *)attn_kv_row(f->k, &view, p), keys + p * kvd, sizeof(float) * (size_t)kvd);
-        memcpy((float *)attn_kv_row(f->v, &view, p), vals + p * kvd, sizeof(float) * (size_t)kvd);
-    }
+    attn_kv view = {f->k, f->v, f->table, N_KV, HD};
+    for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * kvd, vals + p * kvd);
 }
 
 static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f};
@@ -73,7 +70,7 @@ static void test_attention_batch_invariance(void **state) {
         for (int64_t j = 0; j < m; j++) {
             int64_t pos = (j * 131 + m * 7) % CTX; /* mixed positions, across split edges */
             kv_fixture *f = (j & 1) ? &b : &a;
-            jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, kvd}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD}, pos};
         }
         threadpool *tp = pools[m & 1];
         attn_run(tp, &SHAPE, jobs, m);
@@ -81,7 +78,7 @@ static void test_attention_batch_invariance(void **state) {
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
-            alone.kv = (attn_kv){a.k, a.v, a.table, kvd};
+            alone.kv = (attn_kv){a.k, a.v, a.table, N_KV, HD};
             attn_run(pools[0], &SHAPE, &alone, 1);
             assert_memory_equal(ref, out + j * qd, sizeof ref);
             checked++;
@@ -106,7 +103,7 @@ static void test_attention_accuracy(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int64_t positions[] = {0, 1, 255, 256, 257, 511, 600, CTX - 1};
     for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
-        attn_job job = {q, out, {a.k, a.v, a.table, kvd}, positions[pi]};
+        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD}, positions[pi]};
         attn_run(NULL, &SHAPE, &job, 1);
         for (int h = 0; h < N_HEADS; h++) {
             int kvh = h / (N_HEADS / N_KV);
@@ -138,15 +135,17 @@ static void attn_head_batch_aligned(const attn_job *job, int64_t h, int64_t offs
         int64_t s1 = s0 == 0 ? offset : s0 + 255;
         if (s1 > job->pos) s1 = job->pos;
         float mc = -INFINITY, lc = 0, part[HD] = {0}, sc[CTX];
+        float k[N_KV * HD], v[N_KV * HD];
         for (int64_t p = s0; p <= s1; p++) {
-            sc[p - s0] = row_dot(job->q + h * hd, attn_kv_row(job->kv.k, &job->kv, p) + kvh * hd, hd) * SHAPE.scale;
+            attn_kv_load(&job->kv, p, k, v);
+            sc[p - s0] = row_dot(job->q + h * hd, k + kvh * hd, hd) * SHAPE.scale;
             if (sc[p - s0] > mc) mc = sc[p - s0];
         }
         for (int64_t p = s0; p <= s1; p++) {
             float w = invar_expf(sc[p - s0] - mc);
             lc += w;
-            const float *v = attn_kv_row(job->kv.v, &job->kv, p) + kvh * hd;
-            for (int d = 0; d < hd; d++) part[d] += w * v[d];
+            attn_kv_load(&job->kv, p, k, v);
+            for (int d = 0; d < hd; d++) part[d] += w * v[kvh * hd + d];
         }
         float mn = m > mc ? m : mc, x = invar_expf(m - mn), y = invar_expf(mc - mn);
         l = l * x + lc * y;
@@ -168,7 +167,7 @@ static void test_negative_control_detects_batch_aligned_splits(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int mismatches = 0;
     for (int64_t m = 1; m <= 64; m++) {
-        attn_job job = {q, NULL, {a.k, a.v, a.table, kvd}, CTX - 1};
+        attn_job job = {q, NULL, {a.k, a.v, a.table, N_KV, HD}, CTX - 1};
         attn_head_batch_aligned(&job, 0, 255, alone);         /* alone: absolute splits */
         attn_head_batch_aligned(&job, 0, 255 - m, batched);   /* batch-mates shift the split */
         mismatches += memcmp(alone, batched, sizeof alone) != 0;

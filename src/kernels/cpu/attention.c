@@ -1,66 +1,54 @@
+/* Attention entry points: KV-cache layout, task split over (job, KV head, head tile) and
+ * ISA dispatch. The kernel itself is attention_kernel.h. */
 #include "attention.h"
 
-#include <math.h>
-#include <string.h>
+#include "vec16_kernels.h"
 
-#include "rowops.h"
+#define GT 4 /* = ATTN_GT */
 
-#define MAX_HEAD_DIM 512
-
-void attn_head(const attn_shape *sh, const attn_job *job, int64_t h) {
-    const int64_t hd = sh->head_dim;
-    const int64_t group = sh->n_heads / sh->n_kv_heads;
-    const int64_t kvh = h / group;
-    const float *q = job->q + h * hd;
-    float *out = job->out + h * hd;
-
-    float m = -INFINITY, l = 0.0f;
-    float acc[MAX_HEAD_DIM];
-    memset(acc, 0, sizeof(float) * (size_t)hd);
-    float scores[ATTN_SPLIT];
-    float part[MAX_HEAD_DIM];
-
-    for (int64_t s0 = 0; s0 <= job->pos; s0 += ATTN_SPLIT) {
-        int64_t s1 = s0 + ATTN_SPLIT - 1;
-        if (s1 > job->pos) s1 = job->pos;
-        int64_t n = s1 - s0 + 1;
-        float mc = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            const float *k = attn_kv_row(job->kv.k, &job->kv, s0 + j) + kvh * hd;
-            scores[j] = row_dot(q, k, hd) * sh->scale;
-            if (scores[j] > mc) mc = scores[j];
+void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
+    const int64_t hd = kv->head_dim, lane = p % KV_BLOCK;
+    for (int64_t h = 0; h < kv->n_kv_heads; h++) {
+        float *kb = attn_k_block(kv, p, h), *vr = attn_v_row(kv, p, h);
+        for (int64_t d = 0; d < hd; d++) {
+            kb[d * KV_BLOCK + lane] = k[h * hd + d];
+            vr[d] = v[h * hd + d];
         }
-        float lc = 0.0f;
-        memset(part, 0, sizeof(float) * (size_t)hd);
-        for (int64_t j = 0; j < n; j++) {
-            float w = invar_expf(scores[j] - mc);
-            lc += w;
-            const float *v = attn_kv_row(job->kv.v, &job->kv, s0 + j) + kvh * hd;
-            for (int64_t d = 0; d < hd; d++) part[d] += w * v[d];
-        }
-        /* Merge this split into the running result, always in split order. */
-        float mn = m > mc ? m : mc;
-        float a = invar_expf(m - mn), b = invar_expf(mc - mn);
-        l = l * a + lc * b;
-        for (int64_t d = 0; d < hd; d++) acc[d] = acc[d] * a + part[d] * b;
-        m = mn;
     }
-    float inv = 1.0f / l;
-    for (int64_t d = 0; d < hd; d++) out[d] = acc[d] * inv;
 }
+
+void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
+    const int64_t hd = kv->head_dim, lane = p % KV_BLOCK;
+    for (int64_t h = 0; h < kv->n_kv_heads; h++) {
+        const float *kb = attn_k_block(kv, p, h), *vr = attn_v_row(kv, p, h);
+        for (int64_t d = 0; d < hd; d++) {
+            k[h * hd + d] = kb[d * KV_BLOCK + lane];
+            v[h * hd + d] = vr[d];
+        }
+    }
+}
+
+typedef void (*tile_fn)(const attn_shape *, const attn_job *, int64_t, int64_t, int);
 
 typedef struct {
     const attn_shape *shape;
     const attn_job *jobs;
+    tile_fn tile;
+    int64_t tiles_per_kvh, tiles_per_job;
 } attn_ctx;
 
 static void attn_task(void *p, int64_t t) {
     const attn_ctx *c = p;
-    int64_t nh = c->shape->n_heads;
-    attn_head(c->shape, &c->jobs[t / nh], t % nh);
+    const int64_t group = c->shape->n_heads / c->shape->n_kv_heads;
+    const int64_t r = t % c->tiles_per_job, kvh = r / c->tiles_per_kvh, g0 = (r % c->tiles_per_kvh) * GT;
+    const int64_t G = group - g0 < GT ? group - g0 : GT;
+    c->tile(c->shape, &c->jobs[t / c->tiles_per_job], kvh, kvh * group + g0, (int)G);
 }
 
 void attn_run(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs) {
-    attn_ctx c = {shape, jobs};
-    threadpool_run(tp, attn_task, &c, n_jobs * shape->n_heads);
+    attn_ctx c = {shape, jobs, vec16_active()->attn_tile, 0, 0};
+    const int64_t group = shape->n_heads / shape->n_kv_heads;
+    c.tiles_per_kvh = (group + GT - 1) / GT;
+    c.tiles_per_job = c.tiles_per_kvh * shape->n_kv_heads;
+    threadpool_run(tp, attn_task, &c, n_jobs * c.tiles_per_job);
 }

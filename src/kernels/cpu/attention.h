@@ -1,21 +1,29 @@
-/* Causal grouped-query attention over a paged KV cache, one query token at a time.
+/* Causal grouped-query attention over a paged KV cache.
  *
  * Invariance: a query at position p reduces over keys 0..p in splits of ATTN_SPLIT
- * positions aligned to absolute position 0, each split reduced in position order and the
- * splits merged in order. Nothing depends on how many tokens were computed together, so
- * prefill, chunked prefill, decode and recompute give the same bits. */
+ * positions aligned to absolute position 0. Inside a split, the score of key j is a
+ * sequential chain of fused multiply-adds over head_dim, the softmax denominator is
+ * summed lane-wise over 16-key groups and then by a fixed tree, and each output element
+ * is a chain of fused multiply-adds over the split's keys in position order; the splits are merged in
+ * order. Which other queries (heads of the group, other tokens, other sequences) share a
+ * kernel call only changes how loads are shared, so prefill, chunked prefill, decode and
+ * recompute give the same bits, on every ISA (attention_kernel.h). */
 #ifndef INVAR_ATTENTION_H
 #define INVAR_ATTENTION_H
 #include <stdint.h>
 #include "threadpool.h"
 
 #define ATTN_SPLIT 256
-#define KV_BLOCK 16 /* tokens per KV-cache block */
+#define KV_BLOCK 16 /* tokens per KV-cache block = lanes of one key vector */
+#define ATTN_MAX_HEAD_DIM 512
 
+/* A pool block holds KV_BLOCK positions of every KV head. Per KV head, K is stored
+ * transposed, [head_dim][KV_BLOCK], so element d of 16 consecutive keys is one vector;
+ * V is stored [KV_BLOCK][head_dim]. */
 typedef struct {
-    const float *k, *v;          /* pools: [block][KV_BLOCK][kv_dim] */
+    float *k, *v;                /* pools: n_blocks * KV_BLOCK * kv_dim floats each */
     const int32_t *block_table;  /* logical block -> pool block */
-    int64_t kv_dim;              /* n_kv_heads * head_dim */
+    int64_t n_kv_heads, head_dim;
 } attn_kv;
 
 /* One attention job: a query token of one sequence. */
@@ -31,14 +39,22 @@ typedef struct {
     float scale;
 } attn_shape;
 
-/* Runs all jobs, parallel over (job, head). head_dim <= 512. */
+/* Runs all jobs, parallel over (job, KV head). head_dim <= ATTN_MAX_HEAD_DIM. */
 void attn_run(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs);
 
-/* One (job, head): exposed for tests. */
-void attn_head(const attn_shape *shape, const attn_job *job, int64_t head);
+/* Writes / reads position p's K and V rows (n_kv_heads * head_dim floats each). */
+void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v);
+void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v);
 
-static inline const float *attn_kv_row(const float *pool, const attn_kv *kv, int64_t p) {
-    return pool + ((int64_t)kv->block_table[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK) * kv->kv_dim;
+static inline int64_t attn_block_floats(const attn_kv *kv) { return KV_BLOCK * kv->n_kv_heads * kv->head_dim; }
+/* K of KV head h for the block holding position p: [head_dim][KV_BLOCK]. */
+static inline float *attn_k_block(const attn_kv *kv, int64_t p, int64_t h) {
+    return kv->k + (int64_t)kv->block_table[p / KV_BLOCK] * attn_block_floats(kv) + h * kv->head_dim * KV_BLOCK;
+}
+/* V row of position p, KV head h: head_dim floats. */
+static inline float *attn_v_row(const attn_kv *kv, int64_t p, int64_t h) {
+    return kv->v + (int64_t)kv->block_table[p / KV_BLOCK] * attn_block_floats(kv) +
+           (h * KV_BLOCK + p % KV_BLOCK) * kv->head_dim;
 }
 
 #endif

@@ -1,12 +1,23 @@
 #include "rowops.h"
 
 #include <math.h>
+#include <string.h>
 
-/* libm's expf is deterministic for a given input; routing every caller through this one
- * function keeps it the only exp in the engine (vector paths must call it too). */
-float invar_expf(float x) { return expf(x); }
+#include "vec16.h"
+#include "vec16_kernels.h"
 
-float invar_silu(float x) { return x / (1.0f + invar_expf(-x)); }
+/* Lane 0 of the vector exp: the same bits as any lane of any vector call. */
+float invar_expf(float x) {
+    f32x16 v = {x};
+    return invar_exp16(v)[0];
+}
+
+float invar_silu(float x) {
+    f32x16 v = {x};
+    return (v / (1.0f + invar_exp16(-v)))[0];
+}
+
+void invar_expf_n(const float *x, float sub, float *y, int64_t n) { vec16_active()->expf_n(x, sub, y, n); }
 
 void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     float ss = row_dot(x, x, n);
@@ -19,7 +30,7 @@ void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 }
 
 void row_silu_mul(const float *gate, const float *up, float *out, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = invar_silu(gate[i]) * up[i];
+    vec16_active()->silu_mul(gate, up, out, n);
 }
 
 void row_add(float *y, const float *x, int64_t n) {
@@ -41,12 +52,6 @@ void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const 
     }
 }
 
-float row_logsumexp(const float *x, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    if (!isfinite(mx)) return mx;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)invar_expf(x[i] - mx);
-    return mx + (float)log(s);
-}
+float row_logsumexp(const float *x, int64_t n) { return vec16_active()->logsumexp(x, n); }
+
+int64_t row_argmax(const float *x, int64_t n) { return vec16_active()->argmax(x, n); }

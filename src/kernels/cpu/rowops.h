@@ -6,8 +6,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The one exp (vec16.h: invar_exp16); scalar callers get lane 0 of the same code. */
 float invar_expf(float x);
 float invar_silu(float x);
+/* y[i] = invar_expf(x[i] - sub), 16 lanes at a time. y may alias x. */
+void invar_expf_n(const float *x, float sub, float *y, int64_t n);
 
 /* Fixed-order dot product: 8 interleaved partial sums, then a fixed tree. Inline so the
  * attention loop can keep it in registers; the compiler may vectorise the lanes but never
@@ -34,8 +37,10 @@ void row_add(float *y, const float *x, int64_t n);
  * neox: pairs (i, i + n_rot/2) (Qwen); else adjacent pairs (2i, 2i+1) (Llama in GGUF). */
 void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float *cs, bool neox);
 
-/* log-softmax statistics of a row: returns log(sum(exp(x - max))) + max, computed with
- * a sequential double accumulation in index order. */
+/* log-softmax statistics of a row: log(sum(exp(x - max))) + max, the sum accumulated in
+ * double in 16 lanes (element i in lane i % 16, index order) and then a fixed tree. */
 float row_logsumexp(const float *x, int64_t n);
+/* First index of the largest element (NaNs ignored). */
+int64_t row_argmax(const float *x, int64_t n);
 
 #endif

@@ -1,0 +1,126 @@
+/* 16-lane float vectors (GCC/clang vector extensions) and the engine's one exponential.
+ *
+ * Why vector extensions: the same source compiles to one zmm per operation in an AVX-512
+ * translation unit and to four xmm operations elsewhere. Every operation is an IEEE
+ * add/sub/mul/div, compare or integer bit operation performed lane by lane, so a lane's
+ * result is the same bits whichever ISA ran it and whatever the other lanes held. That is
+ * what lets one exp serve every caller (attention, SiLU, sampling, log-softmax) and every
+ * path (decode, prefill, any batch), as docs/invariance.md requires. */
+#ifndef INVAR_VEC16_H
+#define INVAR_VEC16_H
+#include <stdint.h>
+#include <string.h>
+
+/* All functions here are always inlined, so no vector crosses a call boundary: the ABI
+ * note GCC gives for 64-byte vectors in non-AVX-512 units (at every use, hence for the
+ * rest of the including file) does not apply. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+#define V16_AI static inline __attribute__((always_inline))
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+#include <math.h>
+
+/* a*b + c rounded once (IEEE fused multiply-add): one hardware instruction where the
+ * unit is built for it, libm's correctly rounded fmaf otherwise; the same bits. */
+#if defined(__AVX512F__)
+#define V16_FMA(a, b, c) ((f32x16)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#elif defined(__FMA__)
+#define V16_FMA(a, b, c) v16_fma_avx2((a), (b), (c))
+#else
+#define V16_FMA(a, b, c) v16_fma_lanes((a), (b), (c))
+#endif
+
+V16_AI f32x16 v16_splat(float c) { return (f32x16){c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c}; }
+V16_AI f32x16 v16_load(const float *p) {
+    f32x16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+V16_AI void v16_store(float *p, f32x16 v) { memcpy(p, &v, sizeof v); }
+/* m lanes are all-ones (true) or zero, as produced by vector comparisons. */
+V16_AI f32x16 v16_select(i32x16 m, f32x16 a, f32x16 b) {
+    return (f32x16)((m & (i32x16)a) | (~m & (i32x16)b));
+}
+V16_AI f32x16 v16_max(f32x16 a, f32x16 b) { return v16_select(a > b, a, b); }
+
+#if defined(__FMA__) && !defined(__AVX512F__)
+V16_AI f32x16 v16_fma_avx2(f32x16 a, f32x16 b, f32x16 c) {
+    __m256 r[2];
+    for (int h = 0; h < 2; h++) {
+        __m256 x, y, z;
+        memcpy(&x, (const float *)&a + 8 * h, 32);
+        memcpy(&y, (const float *)&b + 8 * h, 32);
+        memcpy(&z, (const float *)&c + 8 * h, 32);
+        r[h] = _mm256_fmadd_ps(x, y, z);
+    }
+    f32x16 v;
+    memcpy(&v, r, sizeof v);
+    return v;
+}
+#endif
+V16_AI f32x16 v16_fma_lanes(f32x16 a, f32x16 b, f32x16 c) {
+    f32x16 r;
+    for (int i = 0; i < 16; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+}
+/* acc + a * b, fused. */
+V16_AI f32x16 v16_fma(f32x16 a, f32x16 b, f32x16 acc) { return V16_FMA(a, b, acc); }
+
+/* Lane sum by a fixed tree: (l0+l8)+(l4+l12) ... the same pairs on every path. */
+V16_AI float v16_sum_tree(f32x16 v) {
+    float s8[8], s4[4], s2[2];
+    for (int i = 0; i < 8; i++) s8[i] = v[i] + v[i + 8];
+    for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+    for (int i = 0; i < 2; i++) s2[i] = s4[i] + s4[i + 2];
+    return s2[0] + s2[1];
+}
+V16_AI float v16_max_lanes(f32x16 v) {
+    float m = v[0];
+    for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* e^x, lane-wise, within 1 ulp of the exact value for normal results (test_vec16). Range reduction
+ * x = n ln2 + r with n = nearest integer of x log2(e) (by the 1.5*2^23 rounding trick,
+ * whose bits also give n as an integer), ln2 split in two parts so n*ln2_hi is exact, a
+ * degree-6 polynomial for e^r on |r| <= ln2/2, then scaling by 2^n built from bits (as
+ * 2^(n-1) * 2 when n > 0, so n = 128 does not overflow the exponent field). Results
+ * below FLT_MIN's range are 0, above FLT_MAX's +inf; NaN stays NaN. Only mul and add
+ * (no FMA): short, and the same bits with or without FMA hardware. */
+V16_AI f32x16 invar_exp16(f32x16 x) {
+    const float lo = -87.33654475f, hi = 88.72283906f;
+    const f32x16 magic = v16_splat(12582912.0f); /* 1.5 * 2^23 */
+    f32x16 xc = v16_select(x < lo, v16_splat(lo), x);
+    xc = v16_select(xc > hi, v16_splat(hi), xc);
+    xc = v16_select(xc == xc, xc, v16_splat(0.0f)); /* NaN: computed as 0, fixed below */
+    const f32x16 t = xc * 1.44269504088896341f + magic;
+    const f32x16 n = t - magic;
+    const i32x16 ni = (i32x16)t - (i32x16)magic;
+    f32x16 r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    f32x16 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const f32x16 y = (p * (r * r) + r) + 1.0f;
+    const i32x16 pos = ni > 0; /* -1 where n > 0 */
+    const i32x16 e1 = (ni + pos + 127) << 23;              /* 2^(n-1) or 2^n */
+    const i32x16 e2 = ((i32x16){0} + 0x3f800000) + (pos & 0x00800000); /* 2 or 1 */
+    f32x16 res = (y * (f32x16)e1) * (f32x16)e2;
+    res = v16_select(x < lo, v16_splat(0.0f), res);
+    res = v16_select(x > hi, v16_splat(__builtin_inff()), res);
+    return v16_select(x == x, res, x);
+}
+
+#endif
