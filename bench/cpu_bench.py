@@ -34,7 +34,6 @@ import ctypes
 import datetime
 import json
 import os
-import platform
 import random
 import select
 import statistics
@@ -43,6 +42,8 @@ import sys
 import time
 
 import numpy as np
+
+from bench_common import git_commit, load_average, machine_info, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(ROOT, "build-bench")
@@ -374,38 +375,6 @@ def find(results, **kw):
         if all(r.get(k) == v for k, v in kw.items()):
             return r["median"]
     return None
-
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-
-def machine_info():
-    info = {"platform": platform.platform(), "cpus": os.cpu_count()}
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in lscpu.splitlines():
-            k, _, v = line.partition(":")
-            if k.strip() in ("Model name", "L2 cache", "L3 cache", "Hypervisor vendor"):
-                info[k.strip()] = v.strip()
-        with open("/proc/meminfo") as f:
-            info["mem_total"] = f.readline().split(":")[1].strip()
-    except OSError:
-        pass
-    return info
-
-
-def load_average():
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
-
-
-def git_commit():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
-                       capture_output=True, text=True)
-    # Several people share the working tree: say when the binary may hold uncommitted code.
-    return r.stdout.strip() + ("+uncommitted-src" if d.stdout.strip() else "")
 
 
 # ----------------------------------------------------------------------------- report

@@ -33,7 +33,6 @@ import ctypes
 import datetime
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -41,6 +40,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from bench_common import git_commit, load_average, machine_info, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -325,35 +326,6 @@ def agreement(a, b):
 
 
 # ----------------------------------------------------------------------------- report
-
-def machine_info():
-    info = {"platform": platform.platform(), "cpus": os.cpu_count()}
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            k, _, v = line.partition(":")
-            if k.strip() in ("Model name", "L2 cache", "L3 cache", "Hypervisor vendor"):
-                info[k.strip()] = v.strip()
-        with open("/proc/meminfo") as f:
-            info["mem_total"] = f.readline().split(":")[1].strip()
-    except OSError:
-        pass
-    return info
-
-
-def load_average():
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
-
-
-def git_commit():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
-                       capture_output=True, text=True)
-    return r.stdout.strip() + ("+uncommitted-src" if d.stdout.strip() else "")
-
-
-def ratio(a, b):
-    return a / b if a and b else None
 
 
 def fmt(x, scale=1.0, spec=".2f"):
