@@ -1,6 +1,6 @@
 /* Attention and row-op invariance: a query's output is bitwise the same alone or among M
- * other queries (M up to 300), for 1 and 2 threads, and whatever physical blocks hold its
- * KV. Negative control: splits aligned to the batch instead of absolute positions differ. */
+ * other queries (M up to 300, including other tokens of its own sequence that share its
+ * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV. Negative control: splits aligned to the batch instead of absolute positions differ. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,7 +69,9 @@ static void test_attention_batch_invariance(void **state) {
         for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
         for (int64_t j = 0; j < m; j++) {
             int64_t pos = (j * 131 + m * 7) % CTX; /* mixed positions, across split edges */
-            kv_fixture *f = (j & 1) ? &b : &a;
+            /* odd m: runs of 3 jobs on one sequence (they share attention tiles, with
+             * positions that differ and cross split edges); even m: alternating */
+            kv_fixture *f = ((m & 1) ? (j / 3) & 1 : j & 1) ? &b : &a;
             jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD}, pos};
         }
         threadpool *tp = pools[m & 1];

@@ -4,8 +4,6 @@
 
 #include "vec16_kernels.h"
 
-#define GT 4 /* = ATTN_GT */
-
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
     const int64_t hd = kv->head_dim, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
@@ -28,27 +26,48 @@ void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
     }
 }
 
-typedef void (*tile_fn)(const attn_shape *, const attn_job *, int64_t, int64_t, int);
-
+/* Tasks. Jobs are taken in fixed groups of `span` consecutive jobs; inside a group, each
+ * run of jobs that share a sequence's KV cache (a prefill chunk) forms one tile with the
+ * query heads of one KV head, so each K/V load serves span x group queries. Decode jobs
+ * are one per sequence and make tiles of one token. How jobs are grouped changes no
+ * query's operations (attention_kernel.h). Query heads of a KV head are split into
+ * tiles of at most ATTN_TILE_QUERIES. */
 typedef struct {
     const attn_shape *shape;
     const attn_job *jobs;
-    tile_fn tile;
-    int64_t tiles_per_kvh, tiles_per_job;
+    int64_t n_jobs, span, group, heads_per_tile, tiles_per_kvh;
+    const vec16_kernels *k;
 } attn_ctx;
+
+static int same_cache(const attn_kv *a, const attn_kv *b) {
+    return a->k == b->k && a->v == b->v && a->block_table == b->block_table;
+}
 
 static void attn_task(void *p, int64_t t) {
     const attn_ctx *c = p;
-    const int64_t group = c->shape->n_heads / c->shape->n_kv_heads;
-    const int64_t r = t % c->tiles_per_job, kvh = r / c->tiles_per_kvh, g0 = (r % c->tiles_per_kvh) * GT;
-    const int64_t G = group - g0 < GT ? group - g0 : GT;
-    c->tile(c->shape, &c->jobs[t / c->tiles_per_job], kvh, kvh * group + g0, (int)G);
+    const int64_t per_group = c->shape->n_kv_heads * c->tiles_per_kvh;
+    const int64_t j0 = (t / per_group) * c->span, r = t % per_group;
+    const int64_t kvh = r / c->tiles_per_kvh, g0 = (r % c->tiles_per_kvh) * c->heads_per_tile;
+    const int64_t G = c->group - g0 < c->heads_per_tile ? c->group - g0 : c->heads_per_tile;
+    const int64_t j1 = j0 + c->span < c->n_jobs ? j0 + c->span : c->n_jobs;
+    for (int64_t a = j0; a < j1;) {
+        int64_t b = a + 1;
+        while (b < j1 && same_cache(&c->jobs[b].kv, &c->jobs[a].kv)) b++;
+        c->k->attn_tile(c->shape, c->jobs + a, (int)(b - a), kvh, kvh * c->group + g0, (int)G);
+        a = b;
+    }
 }
 
 void attn_run(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs) {
-    attn_ctx c = {shape, jobs, vec16_active()->attn_tile, 0, 0};
-    const int64_t group = shape->n_heads / shape->n_kv_heads;
-    c.tiles_per_kvh = (group + GT - 1) / GT;
-    c.tiles_per_job = c.tiles_per_kvh * shape->n_kv_heads;
-    threadpool_run(tp, attn_task, &c, n_jobs * c.tiles_per_job);
+    attn_ctx c;
+    c.shape = shape;
+    c.jobs = jobs;
+    c.n_jobs = n_jobs;
+    c.group = shape->n_heads / shape->n_kv_heads;
+    c.heads_per_tile = c.group < ATTN_TILE_QUERIES ? c.group : ATTN_TILE_QUERIES;
+    c.tiles_per_kvh = (c.group + c.heads_per_tile - 1) / c.heads_per_tile;
+    c.span = ATTN_TILE_QUERIES / c.heads_per_tile;
+    c.k = vec16_active();
+    const int64_t n_groups = (n_jobs + c.span - 1) / c.span;
+    threadpool_run(tp, attn_task, &c, n_groups * shape->n_kv_heads * c.tiles_per_kvh);
 }

@@ -3,42 +3,53 @@
  * (add, mul, fused multiply-add, compares), so every ISA gives the same bits; the
  * variants differ only in how many machine instructions a 16-lane operation takes.
  *
- * One call handles up to ATTN_GT query heads of one KV head for one query token: each
- * key vector and value row loaded is used by all heads of the tile. Per head, the
- * operation sequence is the one described in attention.h, whatever the tile holds. */
+ * One call handles a tile of up to ATTN_QMAX queries that read the same KV head of the
+ * same sequence (the query heads of the group, for one or several tokens): each key
+ * vector and value row loaded serves the whole tile. Per query, the operation sequence is
+ * the one described in attention.h, whatever else the tile holds. */
 #include <math.h>
 #include <string.h>
 
 #include "attention.h"
 #include "vec16.h"
+#include "vec16_kernels.h"
 
-#define ATTN_GT 4 /* query heads per tile */
+#define ATTN_QMAX 8 /* queries per tile: (tokens of one sequence) x (heads of one KV head) */
+_Static_assert(ATTN_QMAX == ATTN_TILE_QUERIES, "one tile size");
 
-/* Scores of key blocks b0 .. b0+NB-1 of a split for G heads. NB blocks at once give
- * NB*G independent add chains, which hides the add latency; each lane's chain is the
- * same sequential sum over d whatever NB is. */
-V16_AI void block_scores(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t b0, const int NB, int64_t n,
-                         const float *const *q, const int G, const int64_t hd, float scale,
-                         float (*w)[ATTN_SPLIT], f32x16 *mx) {
+/* One tile: Q queries that read the same KV head of the same sequence. Query i has its
+ * vector q[i], output out[i] and position pos[i]; positions may differ. */
+typedef struct {
+    const float *q[ATTN_QMAX];
+    float *out[ATTN_QMAX];
+    int64_t pos[ATTN_QMAX];
+} attn_queries;
+
+/* Scores of key blocks b0 .. b0+NB-1 of a split for the Q queries. NB blocks at once give
+ * NB*Q independent chains, which hides the FMA latency; each lane's chain is the same
+ * sequential sum over d whatever NB and Q are. n[i]: query i's valid keys in the split. */
+V16_AI void block_scores(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t b0, const int NB,
+                         const int64_t *n, const attn_queries *qs, const int Q, const int64_t hd,
+                         float scale, float (*w)[ATTN_SPLIT], f32x16 *mx) {
     const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const float *kb[4];
-    f32x16 a[4][ATTN_GT];
+    f32x16 a[4][ATTN_QMAX];
     for (int i = 0; i < NB; i++) {
         kb[i] = attn_k_block(kv, s0 + (b0 + i) * KV_BLOCK, kvh);
-        for (int g = 0; g < G; g++) a[i][g] = v16_splat(0.0f);
+        for (int g = 0; g < Q; g++) a[i][g] = v16_splat(0.0f);
     }
     for (int64_t d = 0; d < hd; d++) {
         f32x16 kd[4];
         for (int i = 0; i < NB; i++) kd[i] = v16_load(kb[i] + d * KV_BLOCK);
-        for (int g = 0; g < G; g++) {
-            const float qd = q[g][d];
-            for (int i = 0; i < NB; i++) a[i][g] = v16_fma(kd[i], v16_splat(qd), a[i][g]);
+        for (int g = 0; g < Q; g++) {
+            const f32x16 qd = v16_splat(qs->q[g][d]);
+            for (int i = 0; i < NB; i++) a[i][g] = v16_fma(kd[i], qd, a[i][g]);
         }
     }
     for (int i = 0; i < NB; i++) {
         const int64_t b = b0 + i;
-        const i32x16 valid = lane < (int32_t)(n - b * KV_BLOCK);
-        for (int g = 0; g < G; g++) {
+        for (int g = 0; g < Q; g++) {
+            const i32x16 valid = lane < (int32_t)(n[g] - b * KV_BLOCK);
             const f32x16 sc = v16_select(valid, a[i][g] * scale, v16_splat(-INFINITY));
             v16_store(w[g] + b * KV_BLOCK, sc);
             mx[g] = v16_max(mx[g], sc);
@@ -46,25 +57,29 @@ V16_AI void block_scores(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t b0,
     }
 }
 
-/* Scores of one split: w[g][j] = q_g . k_j * scale (-inf beyond the valid keys), and
- * mc[g] = their maximum. */
-V16_AI void split_scores(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t n, const float *const *q,
-                         const int G, const int64_t hd, float scale, float (*w)[ATTN_SPLIT],
-                         float *mc) {
-    f32x16 mx[ATTN_GT];
-    for (int g = 0; g < G; g++) mx[g] = v16_splat(-INFINITY);
-    const int64_t nb = (n + KV_BLOCK - 1) / KV_BLOCK;
+/* Scores of one split: w[i][j] = q_i . k_j * scale (-inf beyond query i's keys), and
+ * mc[i] = their maximum, for blocks up to the longest query's. */
+V16_AI void split_scores(const attn_kv *kv, int64_t kvh, int64_t s0, const int64_t *n, int64_t n_max,
+                         const attn_queries *qs, const int Q, const int64_t hd, float scale,
+                         float (*w)[ATTN_SPLIT], float *mc) {
+    f32x16 mx[ATTN_QMAX];
+    for (int g = 0; g < Q; g++) mx[g] = v16_splat(-INFINITY);
+    const int64_t nb = (n_max + KV_BLOCK - 1) / KV_BLOCK;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) block_scores(kv, kvh, s0, b, 4, n, q, G, hd, scale, w, mx);
-    for (; b < nb; b++) block_scores(kv, kvh, s0, b, 1, n, q, G, hd, scale, w, mx);
-    for (int g = 0; g < G; g++) mc[g] = v16_max_lanes(mx[g]);
+    if (Q <= 2)
+        for (; b + 4 <= nb; b += 4) block_scores(kv, kvh, s0, b, 4, n, qs, Q, hd, scale, w, mx);
+    else
+        for (; b + 2 <= nb; b += 2) block_scores(kv, kvh, s0, b, 2, n, qs, Q, hd, scale, w, mx);
+    for (; b < nb; b++) block_scores(kv, kvh, s0, b, 1, n, qs, Q, hd, scale, w, mx);
+    for (int g = 0; g < Q; g++) mc[g] = v16_max_lanes(mx[g]);
 }
 
-/* w = exp(score - mc) in place; lc = its sum (lane-wise over 16-key groups, then a tree). */
-V16_AI void split_weights(int64_t n, const int G, float (*w)[ATTN_SPLIT], const float *mc, float *lc) {
-    for (int g = 0; g < G; g++) {
+/* w = exp(score - mc) in place over query g's own blocks; lc = their sum (lane-wise over
+ * 16-key blocks, then a fixed tree). */
+V16_AI void split_weights(const int64_t *n, const int Q, float (*w)[ATTN_SPLIT], const float *mc, float *lc) {
+    for (int g = 0; g < Q; g++) {
         f32x16 sum = v16_splat(0.0f);
-        for (int64_t b = 0; b * KV_BLOCK < n; b++) {
+        for (int64_t b = 0; b * KV_BLOCK < n[g]; b++) {
             const f32x16 e = invar_exp16(v16_load(w[g] + b * KV_BLOCK) - mc[g]);
             v16_store(w[g] + b * KV_BLOCK, e);
             sum = sum + e;
@@ -73,40 +88,71 @@ V16_AI void split_weights(int64_t n, const int G, float (*w)[ATTN_SPLIT], const 
     }
 }
 
-V16_AI void attn_tile(const attn_shape *sh, const attn_job *job, int64_t kvh, int64_t h0, const int G,
-                      const int64_t hd) {
-    const attn_kv *kv = &job->kv;
+/* part[g] += w[g][j] * v_j for keys j0 <= j < j1 of the split, in position order; with
+ * `check`, only for the keys query g attends to (j < n[g]). */
+V16_AI void pv_accumulate(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t j0, int64_t j1, const int64_t *n,
+                          const int check, const int Q, const int64_t hd, float (*w)[ATTN_SPLIT],
+                          float (*part)[ATTN_MAX_HEAD_DIM]) {
     const int64_t nv = hd / 16; /* whole vectors of a row; the rest is a scalar tail */
-    const float *q[ATTN_GT];
-    for (int g = 0; g < G; g++) q[g] = job->q + (h0 + g) * hd;
-    float m[ATTN_GT], l[ATTN_GT];
-    _Alignas(64) float acc[ATTN_GT][ATTN_MAX_HEAD_DIM];
-    _Alignas(64) float part[ATTN_GT][ATTN_MAX_HEAD_DIM];
-    _Alignas(64) float w[ATTN_GT][ATTN_SPLIT];
-    for (int g = 0; g < G; g++) {
+    for (int64_t c = 0; c < nv; c += 4) { /* 4 vectors of the row at a time: registers */
+        const int64_t cn = nv - c < 4 ? nv - c : 4;
+        f32x16 p[ATTN_QMAX][4];
+        for (int g = 0; g < Q; g++)
+            for (int64_t u = 0; u < cn; u++) p[g][u] = v16_load(part[g] + 16 * (c + u));
+        for (int64_t j = j0; j < j1; j++) {
+            const float *vr = attn_v_row(kv, s0 + j, kvh) + 16 * c;
+            f32x16 vv[4];
+            for (int64_t u = 0; u < cn; u++) vv[u] = v16_load(vr + 16 * u);
+            for (int g = 0; g < Q; g++) {
+                if (check && j >= n[g]) continue;
+                const f32x16 wj = v16_splat(w[g][j]);
+                for (int64_t u = 0; u < cn; u++) p[g][u] = v16_fma(vv[u], wj, p[g][u]);
+            }
+        }
+        for (int g = 0; g < Q; g++)
+            for (int64_t u = 0; u < cn; u++) v16_store(part[g] + 16 * (c + u), p[g][u]);
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const float *vr = attn_v_row(kv, s0 + j, kvh);
+        for (int64_t d = 16 * nv; d < hd; d++)
+            for (int g = 0; g < Q; g++)
+                if (!check || j < n[g]) part[g][d] = fmaf(vr[d], w[g][j], part[g][d]);
+    }
+}
+
+V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, const attn_queries *qs, const int Q,
+                      const int64_t hd) {
+    float m[ATTN_QMAX], l[ATTN_QMAX];
+    _Alignas(64) float acc[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
+    _Alignas(64) float part[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
+    _Alignas(64) float w[ATTN_QMAX][ATTN_SPLIT];
+    int64_t pos_max = 0;
+    for (int g = 0; g < Q; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
         memset(acc[g], 0, sizeof(float) * (size_t)hd);
+        pos_max = qs->pos[g] > pos_max ? qs->pos[g] : pos_max;
     }
-    for (int64_t s0 = 0; s0 <= job->pos; s0 += ATTN_SPLIT) {
-        const int64_t n = (job->pos - s0 + 1 < ATTN_SPLIT) ? job->pos - s0 + 1 : ATTN_SPLIT;
-        float mc[ATTN_GT], lc[ATTN_GT];
-        split_scores(kv, kvh, s0, n, q, G, hd, sh->scale, w, mc);
-        split_weights(n, G, w, mc, lc);
-        /* part[g] = sum_j w[g][j] * v_j, in position order. */
-        for (int g = 0; g < G; g++) memset(part[g], 0, sizeof(float) * (size_t)hd);
-        for (int64_t j = 0; j < n; j++) {
-            const float *vr = attn_v_row(kv, s0 + j, kvh);
-            for (int64_t c = 0; c < nv; c++) {
-                const f32x16 vv = v16_load(vr + 16 * c);
-                for (int g = 0; g < G; g++)
-                    v16_store(part[g] + 16 * c, v16_fma(vv, v16_splat(w[g][j]), v16_load(part[g] + 16 * c)));
-            }
-            for (int64_t d = 16 * nv; d < hd; d++)
-                for (int g = 0; g < G; g++) part[g][d] = fmaf(vr[d], w[g][j], part[g][d]);
+    for (int64_t s0 = 0; s0 <= pos_max; s0 += ATTN_SPLIT) {
+        /* n[g]: keys of this split that query g attends to (<= 0: it is already done). */
+        int64_t n[ATTN_QMAX], n_max = 0;
+        for (int g = 0; g < Q; g++) {
+            n[g] = qs->pos[g] - s0 + 1 < ATTN_SPLIT ? qs->pos[g] - s0 + 1 : ATTN_SPLIT;
+            n_max = n[g] > n_max ? n[g] : n_max;
         }
+        float mc[ATTN_QMAX], lc[ATTN_QMAX];
+        split_scores(kv, kvh, s0, n, n_max, qs, Q, hd, sh->scale, w, mc);
+        split_weights(n, Q, w, mc, lc);
+        /* part[g] = sum_j w[g][j] * v_j over query g's keys, in position order. Keys that
+         * every query of the tile attends to first (no test in the loop), then the rest. */
+        for (int g = 0; g < Q; g++) memset(part[g], 0, sizeof(float) * (size_t)hd);
+        int64_t n_min = n_max;
+        for (int g = 0; g < Q; g++) n_min = n[g] < n_min ? (n[g] > 0 ? n[g] : 0) : n_min;
+        pv_accumulate(kv, kvh, s0, 0, n_min, n, 0, Q, hd, w, part);
+        pv_accumulate(kv, kvh, s0, n_min, n_max, n, 1, Q, hd, w, part);
         /* Merge this split into the running result, always in split order. */
-        for (int g = 0; g < G; g++) {
+        for (int g = 0; g < Q; g++) {
+            if (n[g] <= 0) continue;
             const float mn = m[g] > mc[g] ? m[g] : mc[g];
             const float a = invar_exp16(v16_splat(m[g] - mn))[0], b = invar_exp16(v16_splat(mc[g] - mn))[0];
             l[g] = l[g] * a + lc[g] * b;
@@ -114,27 +160,43 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_job *job, int64_t kvh, in
             m[g] = mn;
         }
     }
-    for (int g = 0; g < G; g++) {
+    for (int g = 0; g < Q; g++) {
         const float inv = 1.0f / l[g];
-        float *out = job->out + (h0 + g) * hd;
-        for (int64_t d = 0; d < hd; d++) out[d] = acc[g][d] * inv;
+        for (int64_t d = 0; d < hd; d++) qs->out[g][d] = acc[g][d] * inv;
     }
 }
 
-/* Specialised on the common group sizes and head dims so the compiler can keep a tile's
- * accumulators in registers; every instance performs the same per-element operations. */
-#define ATTN_TILE_G(hd)                                                   \
-    switch (G) {                                                          \
-    case 1: attn_tile(sh, job, kvh, h0, 1, hd); break;                    \
-    case 2: attn_tile(sh, job, kvh, h0, 2, hd); break;                    \
-    case 3: attn_tile(sh, job, kvh, h0, 3, hd); break;                    \
-    default: attn_tile(sh, job, kvh, h0, 4, hd); break;                   \
+/* Specialised on the tile size and the common head dims so the compiler can keep a tile's
+ * accumulators in registers; every instance performs the same per-query operations. */
+#define ATTN_TILE_Q(hd)                                                   \
+    switch (Q) {                                                          \
+    case 1: attn_tile(sh, kv, kvh, qs, 1, hd); break;                     \
+    case 2: attn_tile(sh, kv, kvh, qs, 2, hd); break;                     \
+    case 3: attn_tile(sh, kv, kvh, qs, 3, hd); break;                     \
+    case 4: attn_tile(sh, kv, kvh, qs, 4, hd); break;                     \
+    case 5: attn_tile(sh, kv, kvh, qs, 5, hd); break;                     \
+    case 6: attn_tile(sh, kv, kvh, qs, 6, hd); break;                     \
+    case 7: attn_tile(sh, kv, kvh, qs, 7, hd); break;                     \
+    default: attn_tile(sh, kv, kvh, qs, 8, hd); break;                    \
     }
 
-static void attn_tile_any(const attn_shape *sh, const attn_job *job, int64_t kvh, int64_t h0, int G) {
-    switch (sh->head_dim) {
-    case 64: ATTN_TILE_G(64) break;
-    case 128: ATTN_TILE_G(128) break;
-    default: ATTN_TILE_G(sh->head_dim) break;
+/* Query heads h0 .. h0+G-1 of KV head kvh for n_jobs jobs of one sequence (G * n_jobs
+ * <= ATTN_QMAX). */
+static void attn_tile_any(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G) {
+    const int64_t hd = sh->head_dim;
+    const attn_kv *kv = &jobs[0].kv;
+    attn_queries qs_;
+    attn_queries *qs = &qs_;
+    int Q = 0;
+    for (int t = 0; t < n_jobs; t++)
+        for (int g = 0; g < G; g++, Q++) {
+            qs->q[Q] = jobs[t].q + (h0 + g) * hd;
+            qs->out[Q] = jobs[t].out + (h0 + g) * hd;
+            qs->pos[Q] = jobs[t].pos;
+        }
+    switch (hd) {
+    case 64: ATTN_TILE_Q(64) break;
+    case 128: ATTN_TILE_Q(128) break;
+    default: ATTN_TILE_Q(hd) break;
     }
 }

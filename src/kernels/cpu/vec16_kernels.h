@@ -8,9 +8,12 @@
 #include "attention.h"
 #include "cpu_features.h"
 
+#define ATTN_TILE_QUERIES 8 /* = ATTN_QMAX of attention_kernel.h */
+
 typedef struct {
-    /* Query heads h0 .. h0+G-1 (G <= 4, all of KV head kvh) of one job. */
-    void (*attn_tile)(const attn_shape *sh, const attn_job *job, int64_t kvh, int64_t h0, int G);
+    /* Query heads h0 .. h0+G-1 (all of KV head kvh) of n_jobs jobs that share one
+     * sequence's KV cache; G * n_jobs <= ATTN_TILE_QUERIES. */
+    void (*attn_tile)(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G);
     void (*silu_mul)(const float *gate, const float *up, float *out, int64_t n);
     void (*expf_n)(const float *x, float sub, float *y, int64_t n);
     int64_t (*argmax)(const float *x, int64_t n);
