@@ -7,6 +7,10 @@
  * reuse each unpacked weight block; every row gets the same per-lane operations
  * whatever R is, so the row blocking (and thus m) cannot change a bit.
  *
+ * Q4_0, Q4_1 and Q8_0 (the panel types) read the activations as 8-row panels
+ * (matmul_internal.h) and, from three panels up, an unpacked copy of each weight group
+ * in L1 (run_panels); K-quants read the row layout. Float types: see below.
+ *
  * dpbusd wants unsigned x signed: nibble and six-bit quants are already unsigned and
  * their offsets (-8, -32) come out of the activation sums; Q8_0 weights are made
  * unsigned by w ^ 0x80 = w + 128, and 128 * sum(x) is subtracted again. */
