@@ -10,8 +10,12 @@
  * over `reps` repetitions; each repetition runs the call enough times to last at least
  * min_ms (default 20). Weights and activations are random (seeded, so runs compare).
  * Time is this thread's CPU time (the calls run on the calling thread): on a shared
- * machine, wall time also counts the slices other processes take from this core. */
+ * machine, wall time also counts the slices other processes take from this core.
+ * Comparing builds on a shared box: run them alternately, several rounds, and compare
+ * the best of the rounds (other tenants only ever make a run slower). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

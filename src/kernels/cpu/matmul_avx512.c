@@ -7,6 +7,10 @@
  * reuse each unpacked weight block; every row gets the same per-lane operations
  * whatever R is, so the row blocking (and thus m) cannot change a bit.
  *
+ * Q4_0, Q4_1 and Q8_0 (the panel types) read the activations as 8-row panels
+ * (matmul_internal.h) and, from three panels up, an unpacked copy of each weight group
+ * in L1 (run_panels); K-quants read the row layout. Float types: see below.
+ *
  * dpbusd wants unsigned x signed: nibble and six-bit quants are already unsigned and
  * their offsets (-8, -32) come out of the activation sums; Q8_0 weights are made
  * unsigned by w ^ 0x80 = w + 128, and 128 * sum(x) is subtracted again. */
@@ -238,7 +242,7 @@ AI void panel_stream(const uint32_t type, const uint8_t *grp, const uint8_t *xp,
 /* Unpacked group (see run_panels): per block Q[8], dw, mw as 640 bytes. */
 #define UREC 640
 #ifndef UBUF
-#define UBUF (24 * UREC) /* K up to 768: leaves L1 room for the activation panels */
+#define UBUF (24 * UREC) /* 768 of K per chunk: leaves L1 room for the activation panels */
 #endif
 
 AI void panel_unpacked(const uint32_t type, const uint8_t *U, const uint8_t *xp, int64_t nb,
@@ -252,74 +256,78 @@ AI void panel_unpacked(const uint32_t type, const uint8_t *U, const uint8_t *xp,
     }
 }
 
-AI void store_rows(const mm_args *a, int64_t i0, int64_t g, const int R, const __m512 *acc) {
+/* One tile: rows [i0, i0 + R) x group g over blocks [b0, b0 + nbc). A tile that does
+ * not start at block 0 continues the accumulators it stored in y (float stores and
+ * loads are exact, so splitting K this way keeps every operation and its order). */
+AI void tile(const mm_args *a, const uint32_t type, const uint8_t *src, int unpacked, int64_t i0,
+             int64_t g, int64_t b0, int64_t nbc, const int R) {
+    const int64_t nb = a->xq.nb;
+    const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * MM_PB + (size_t)b0 * (size_t)R * MM_PB;
     const int64_t left = a->w->n - g * MM_NC;
     const __mmask16 cm = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1);
-    UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + g * MM_NC, cm, acc[r]);
-}
-
-AI void tile(const mm_args *a, const uint32_t type, const uint8_t *src, int unpacked, int64_t i0,
-             int64_t g, const int R) {
-    const int64_t nb = a->xq.nb;
-    const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * MM_PB;
+    float *y = a->y + i0 * a->ldy + g * MM_NC;
     __m512 acc[MM_PR];
-    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    if (unpacked) panel_unpacked(type, src, xp, nb, R, acc);
-    else panel_stream(type, src, xp, nb, R, acc);
-    store_rows(a, i0, g, R, acc);
+    UNROLL for (int r = 0; r < R; r++)
+        acc[r] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(cm, y + r * a->ldy);
+    if (unpacked) panel_unpacked(type, src, xp, nbc, R, acc);
+    else panel_stream(type, src, xp, nbc, R, acc);
+    UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * a->ldy, cm, acc[r]);
 }
 
-#define TILE_R(a, type, src, unpacked, i0, g, R)                  \
-    switch (R) {                                                  \
-    case 1: tile(a, type, src, unpacked, i0, g, 1); break;        \
-    case 2: tile(a, type, src, unpacked, i0, g, 2); break;        \
-    case 3: tile(a, type, src, unpacked, i0, g, 3); break;        \
-    case 4: tile(a, type, src, unpacked, i0, g, 4); break;        \
-    case 5: tile(a, type, src, unpacked, i0, g, 5); break;        \
-    case 6: tile(a, type, src, unpacked, i0, g, 6); break;        \
-    case 7: tile(a, type, src, unpacked, i0, g, 7); break;        \
-    default: tile(a, type, src, unpacked, i0, g, 8); break;       \
+#define TILE_R(a, type, src, unpacked, i0, g, b0, nbc, R)                  \
+    switch (R) {                                                           \
+    case 1: tile(a, type, src, unpacked, i0, g, b0, nbc, 1); break;        \
+    case 2: tile(a, type, src, unpacked, i0, g, b0, nbc, 2); break;        \
+    case 3: tile(a, type, src, unpacked, i0, g, b0, nbc, 3); break;        \
+    case 4: tile(a, type, src, unpacked, i0, g, b0, nbc, 4); break;        \
+    case 5: tile(a, type, src, unpacked, i0, g, b0, nbc, 5); break;        \
+    case 6: tile(a, type, src, unpacked, i0, g, b0, nbc, 6); break;        \
+    case 7: tile(a, type, src, unpacked, i0, g, b0, nbc, 7); break;        \
+    default: tile(a, type, src, unpacked, i0, g, b0, nbc, 8); break;       \
     }
 
 /* Groups [g0, g1) for all rows. With three panels or more, each group's records are
  * unpacked once into an L1-sized buffer that every panel then reads (the nibble and
- * scale unpacking is paid once per group instead of once per panel); with fewer, or
- * a K too long for the buffer, the records are unpacked as they stream (for one or
- * two panels streaming overlaps the weight reads with the dots better). */
+ * scale unpacking is paid once per group instead of once per panel); K longer than
+ * the buffer is done in chunks of blocks, the panels' accumulators parked in y in
+ * between. With one or two panels the records are unpacked as they stream (that
+ * overlaps the weight reads with the dots better). */
 AI void run_panels(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1) {
-    const int64_t nb = a->xq.nb;
+    const int64_t nb = a->xq.nb, cb = UBUF / UREC;
     const size_t rb = rec_bytes(type);
     const uint8_t *packed = (const uint8_t *)a->w->packed;
-    if (a->m > 2 * MM_PR && nb * UREC <= UBUF) {
+    if (a->m > 2 * MM_PR) {
         _Alignas(64) uint8_t U[UBUF];
-        for (int64_t g = g0; g < g1; g++) {
-            const uint8_t *grp = packed + (size_t)(g * nb) * rb;
-            for (int64_t b = 0; b < nb; b++) {
-                __m512i Q[8];
-                __m512 dw, mw;
-                prefetch_rec(grp + b * rb, (int)rb);
-                unpack_rec(type, grp + b * rb, Q, &dw, &mw);
-                uint8_t *u = U + b * UREC;
-                UNROLL for (int t = 0; t < 8; t++) _mm512_store_si512((void *)(u + 64 * t), Q[t]);
-                _mm512_store_ps((void *)(u + 512), dw);
-                _mm512_store_ps((void *)(u + 576), mw);
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t b0 = 0; b0 < nb; b0 += cb) {
+                const int64_t nbc = nb - b0 < cb ? nb - b0 : cb;
+                const uint8_t *recs = packed + (size_t)(g * nb + b0) * rb;
+                for (int64_t b = 0; b < nbc; b++) {
+                    __m512i Q[8];
+                    __m512 dw, mw;
+                    prefetch_rec(recs + b * rb, (int)rb);
+                    unpack_rec(type, recs + b * rb, Q, &dw, &mw);
+                    uint8_t *u = U + b * UREC;
+                    UNROLL for (int t = 0; t < 8; t++) _mm512_store_si512((void *)(u + 64 * t), Q[t]);
+                    _mm512_store_ps((void *)(u + 512), dw);
+                    _mm512_store_ps((void *)(u + 576), mw);
+                }
+                /* The records that follow (next chunk or group) towards L2 while the
+                 * panels run: with few panels the weights come from DRAM and the
+                 * unpack loop would otherwise wait on them. */
+                if (g + 1 < g1 || b0 + nbc < nb)
+                    for (size_t o = 0; o < (size_t)nbc * rb; o += 64)
+                        _mm_prefetch((const char *)recs + (size_t)nbc * rb + o, _MM_HINT_T1);
+                for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
+                    const int R = (int)(a->m - i0 < MM_PR ? a->m - i0 : MM_PR);
+                    TILE_R(a, type, U, 1, i0, g, b0, nbc, R)
+                }
             }
-            /* The next group's records towards L2 while the panels run on this one:
-             * with few panels (batched decode, the output head) the weights come
-             * from DRAM and the unpack loop would otherwise wait on them. */
-            if (g + 1 < g1)
-                for (size_t o = 0; o < (size_t)nb * rb; o += 64)
-                    _mm_prefetch((const char *)grp + (size_t)nb * rb + o, _MM_HINT_T1);
-            for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
-                const int R = (int)(a->m - i0 < MM_PR ? a->m - i0 : MM_PR);
-                TILE_R(a, type, U, 1, i0, g, R)
-            }
-        }
         return;
     }
     for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
         const int R = (int)(a->m - i0 < MM_PR ? a->m - i0 : MM_PR);
-        for (int64_t g = g0; g < g1; g++) TILE_R(a, type, packed + (size_t)(g * nb) * rb, 0, i0, g, R)
+        for (int64_t g = g0; g < g1; g++) TILE_R(a, type, packed + (size_t)(g * nb) * rb, 0, i0, g, 0, nb, R)
     }
 }
 
