@@ -336,8 +336,9 @@ typedef struct {
     int splits;
 } splitk_task;
 
-/* Sum of unit terms over K split into `splits` contiguous ranges, added at the end:
- * the same products as cpu_matmul, grouped differently for different m. */
+/* The reference unit sequence over K split into `splits` contiguous ranges, the parts
+ * added at the end: the same products as cpu_matmul, grouped differently for
+ * different m. */
 static void task_splitk(void *ctx, int64_t j) {
     const splitk_task *T = ctx;
     const mm_args *a = T->a;
@@ -351,10 +352,8 @@ static void task_splitk(void *ctx, int64_t j) {
             float part = 0.0f;
             for (int64_t u = u0; u < u1; u++) {
                 if (mm_is_quantised(w->type)) {
-                    float terms[8];
-                    mm_terms_scalar(w->type, wrow, u, a->xq.q + i * w->k, a->xq.d + i * nb,
-                                    a->xq.s + i * 2 * nb, terms);
-                    for (int64_t t = 0; t < ue / MM_QK; t++) part = part + terms[t];
+                    part = mm_unit_accum_scalar(w->type, wrow, u, a->xq.q + i * w->k,
+                                                a->xq.d + i * nb, a->xq.s + i * 2 * nb, part);
                 } else {
                     const float *xr = a->x + i * a->ldx;
                     float wv;

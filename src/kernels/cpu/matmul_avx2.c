@@ -49,7 +49,8 @@ AI int xsum(const xrows *X, int r, int64_t b) {
     return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
 }
 
-AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dx), f)); }
+/* acc = fma(dx, f, acc), the scalar reference's fmaf. */
+AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_fmadd_ps(_mm256_set1_ps(dx), f, acc); }
 
 /* Software prefetch of the weight stream (see matmul_avx512.c); each record is
  * read twice (two 8-column halves), prefetch on the first. */
@@ -103,9 +104,9 @@ AI void k_q4_1(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
         const __m256 dw = f16x8(rec + 256 + 16 * h), mw = f16x8(rec + 288 + 16 * h);
         UNROLL for (int r = 0; r < R; r++) {
             __m256i isum = dot8_u4(Q, X.q + r * X.k + 32 * b);
-            __m256 f1 = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum));
-            __m256 f2 = _mm256_mul_ps(mw, _mm256_set1_ps((float)xsum(&X, r, b)));
-            acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm256_add_ps(f1, f2));
+            __m256 f = _mm256_fmadd_ps(mw, _mm256_set1_ps((float)xsum(&X, r, b)),
+                                       _mm256_mul_ps(dw, _mm256_cvtepi32_ps(isum)));
+            acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
         }
     }
 }
@@ -156,8 +157,8 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
             UNROLL for (int r = 0; r < R; r++) {
                 __m256i isum = _mm256_mullo_epi32(sc, dot8_u4(Q, X.q + r * X.k + 32 * b));
                 __m256i imin = _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum(&X, r, b)));
-                __m256 f = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)),
-                                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(imin)));
+                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin),
+                                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }

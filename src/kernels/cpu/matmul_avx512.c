@@ -56,8 +56,8 @@ AI int xsum(const xrows *X, int r, int64_t b) {
     return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
 }
 
-/* acc = acc + dx * f   (the scalar `terms = dx * f; acc = acc + terms`). */
-AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(dx), f)); }
+/* acc = fma(dx, f, acc), the scalar reference's fmaf. */
+AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_set1_ps(dx), f, acc); }
 
 /* Software prefetch of the weight stream, this far ahead: one core's hardware
  * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
@@ -96,8 +96,8 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
                 }
                 __m512i isum = _mm512_mullo_epi32(sc, _mm512_add_epi32(p0, p1));
                 __m512i imin = _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum(&X, r, b)));
-                __m512 f = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)),
-                                         _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(imin)));
+                __m512 f = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin),
+                                            _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }
@@ -208,10 +208,10 @@ AI size_t rec_bytes(const uint32_t type) {
     return type == INVAR_T_Q8_0 ? MM_REC_Q8_0 : type == INVAR_T_Q4_1 ? MM_REC_Q4_1 : MM_REC_Q4_0;
 }
 
-/* One block of one group for the R rows of a panel block xb: the scalar terms
+/* One block of one group for the R rows of a panel block xb: the scalar factors
  *   Q4_0, Q8_0: f = dw * (float)(dot + aux)          (aux = -8 / -128 * sum)
- *   Q4_1:       f = dw * (float)dot + mw * aux        (aux = (float)sum)
- * then acc = acc + dx * f. */
+ *   Q4_1:       f = fma(mw, aux, dw * (float)dot)    (aux = (float)sum)
+ * then acc = fma(dx, f, acc). */
 AI void block_rows(const uint32_t type, const __m512i *Q, __m512 dw, __m512 mw, const uint8_t *xb,
                    const int R, __m512 *acc) {
     __m512i P[MM_PR];
@@ -220,8 +220,8 @@ AI void block_rows(const uint32_t type, const __m512i *Q, __m512 dw, __m512 mw, 
     dot_rows(Q, xb, R, P);
     UNROLL for (int r = 0; r < R; r++) {
         __m512 f = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(P[r]));
-        if (type == INVAR_T_Q4_1) f = _mm512_add_ps(f, _mm512_mul_ps(mw, bcastf(xb + 36 * R + 4 * r)));
-        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(bcastf(xb + 32 * R + 4 * r), f));
+        if (type == INVAR_T_Q4_1) f = _mm512_fmadd_ps(mw, bcastf(xb + 36 * R + 4 * r), f);
+        acc[r] = _mm512_fmadd_ps(bcastf(xb + 32 * R + 4 * r), f, acc[r]);
     }
 }
 
@@ -449,6 +449,10 @@ void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R,
 
 #define FRMAX 7
 #define FR_BYTES 30000
+/* Weight stream prefetch distance of the float kernels (bytes; -D to experiment). */
+#ifndef MM_FPF_DIST
+#define MM_FPF_DIST PF_DIST
+#endif
 
 AI __m512 wload(const uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
     switch (type) {
@@ -506,7 +510,7 @@ AI void fdot_rows(const uint32_t type, const float *x, int64_t ldx, const void *
     for (; kk + MM_FLANES <= k; kk += MM_FLANES) {
         /* Weight stream prefetch (see prefetch_rec): decode (R = 1) is bound by it. */
         for (int o = 0; o < MM_FLANES * wsz; o += 64)
-            _mm_prefetch((const char *)wrow + kk * wsz + PF_DIST + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)wrow + kk * wsz + MM_FPF_DIST + o, _MM_HINT_T0);
         UNROLL for (int q = 0; q < 4; q++) {
             const __m512 W = wload_full(type, wrow, kk + 16 * q);
             UNROLL for (int r = 0; r < R; r++)

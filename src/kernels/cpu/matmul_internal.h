@@ -3,10 +3,14 @@
  * Quantised weights. The activation rows are quantised row-locally to int8 blocks of
  * 32 (scale d = amax/127, q = round-half-even(x * 127/amax), plus the sums of q over
  * each 16-element half). y[i][j] is then accumulated block by block in K order:
- *     acc = 0; for each activation block b: acc = acc + dx[b] * f_b
- * where f_b is a per-type float expression of the weight block scales and EXACT
- * integer dot products (see the mm_term_* helpers in matmul_scalar.c, which define the
- * operation sequence; the SIMD kernels perform the same operations lane-wise).
+ *     acc = 0; for each activation block b: acc = fma(dx[b], f_b, acc)
+ * (fused: one rounding) where f_b is a per-type float expression of the weight block
+ * scales and EXACT integer dot products, itself fused where that saves an operation:
+ *     Q4_0, Q8_0, Q6_K:  f = dw * (float)isum
+ *     Q4_1:              f = fma(mw, (float)xsum, dw * (float)dot)
+ *     Q4_K:              f = fma(-dmin, (float)imin, d * (float)isum)
+ * mm_unit_accum_scalar in matmul_scalar.c defines the operation sequence; the SIMD
+ * kernels perform the same operations lane-wise (vfmadd / vfnmadd for the fmas).
  *
  * Packed layout. Weight columns (rows of W) are grouped by MM_NC = 16; the last group
  * is zero-padded. For each group and each weight block ("unit": 32 elements, or 256 for
@@ -98,11 +102,12 @@ void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1);
 void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1);
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1);
 
-/* Scalar per-block terms (the reference operation sequence), used by the scalar kernel
- * and the split-K negative control: terms[t] for the activation blocks of weight unit
- * u of row `wrow` (1 block, or 8 for K-quants); xq/xd/xs are one activation row. */
-void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
-                     const float *xd, const int16_t *xs, float *terms);
+/* The reference operation sequence, used by the scalar kernel and the split-K negative
+ * control: returns acc after `acc = fma(dx, f, acc)` for the activation blocks of
+ * weight unit u of row `wrow` (1 block, or 8 for K-quants); xq/xd/xs are one
+ * activation row. */
+float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
+                           const float *xd, const int16_t *xs, float acc);
 
 /* Float types: the 64-lane accumulation contract. Lane l accumulates (FMA) the k
  * with k % 64 == l in increasing k; then the lanes are summed by a fixed tree. */

@@ -8,12 +8,14 @@
  *  - per activation block the weight x activation dot product is an integer sum,
  *    exact whatever the order or grouping (no overflow: |sum| < 2^24 by the bounds
  *    noted per type), so scalar, AVX2 (maddubs/madd) and AVX-512 (VNNI) agree;
- *  - the float part is the per-block term and `acc = acc + term` in block order,
- *    written out below; the SIMD kernels do the same operations per lane (lane c =
- *    column c), never a horizontal float sum, for any number of rows in a block;
+ *  - the float part is the per-block factor f and `acc = fmaf(dx, f, acc)` in block
+ *    order, written out below; the SIMD kernels do the same operations per lane
+ *    (lane c = column c, fused where fmaf is written: one rounding, as vfmadd), never
+ *    a horizontal float sum, for any number of rows in a block;
  *  - float weight types use 64 FMA lanes over k and a fixed summation tree.
  * The build uses -ffp-contract=off and no fast-math, so the compiler keeps these
- * operations as written. Hence all three ISAs give the same bits, for every m. */
+ * operations as written (fmaf is IEEE fused multiply-add on every ISA, hardware or
+ * libm, so it rounds once exactly like vfmadd). Hence all three ISAs give the same bits, for every m. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -87,10 +89,11 @@ static inline int q6_k_quant(const block_q6_K *B, int e) {
     return ql | (qh << 4);
 }
 
-/* terms[t] = dx * f for each activation block of weight unit u. These expressions
- * ARE the contract the SIMD kernels follow (same operations, same order). */
-void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
-                     const float *xd, const int16_t *xs, float *terms) {
+/* acc after the activation blocks of weight unit u, each `acc = fmaf(dx, f, acc)`
+ * with the block factor f below. These expressions ARE the contract the SIMD kernels
+ * follow (same operations, same order, fused where fmaf is written). */
+float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
+                           const float *xd, const int16_t *xs, float acc) {
     switch (type) {
     case INVAR_T_Q4_0: {
         const block_q4_0 *B = (const block_q4_0 *)wrow + u;
@@ -99,8 +102,7 @@ void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *x
         for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
         int isum = dp - 8 * (xs[2 * u] + xs[2 * u + 1]);
         float f = fp16_to_f32(B->d) * (float)isum;
-        terms[0] = xd[u] * f;
-        break;
+        return fmaf(xd[u], f, acc);
     }
     case INVAR_T_Q4_1: {
         const block_q4_1 *B = (const block_q4_1 *)wrow + u;
@@ -108,11 +110,8 @@ void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *x
         int dp = 0;
         for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
         int sx = xs[2 * u] + xs[2 * u + 1];
-        float f1 = fp16_to_f32(B->d) * (float)dp;
-        float f2 = fp16_to_f32(B->m) * (float)sx;
-        float f = f1 + f2;
-        terms[0] = xd[u] * f;
-        break;
+        float f = fmaf(fp16_to_f32(B->m), (float)sx, fp16_to_f32(B->d) * (float)dp);
+        return fmaf(xd[u], f, acc);
     }
     case INVAR_T_Q8_0: {
         const block_q8_0 *B = (const block_q8_0 *)wrow + u;
@@ -120,8 +119,7 @@ void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *x
         int isum = 0; /* |isum| <= 32*128*127 */
         for (int i = 0; i < 32; i++) isum += B->qs[i] * x[i];
         float f = fp16_to_f32(B->d) * (float)isum;
-        terms[0] = xd[u] * f;
-        break;
+        return fmaf(xd[u], f, acc);
     }
     case INVAR_T_Q4_K: {
         const block_q4_K *B = (const block_q4_K *)wrow + u;
@@ -137,10 +135,11 @@ void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *x
             q4_k_scale_min(B->scales, j, &sc, &mn);
             int isum = sc * dp;                         /* < 63*60960 < 2^22 */
             int imin = mn * (xs[2 * b] + xs[2 * b + 1]); /* < 63*4064 */
-            float f = d * (float)isum - dmin * (float)imin;
-            terms[j] = xd[b] * f;
+            /* d*isum - dmin*imin with the second product fused (vfnmadd). */
+            float f = fmaf(-dmin, (float)imin, d * (float)isum);
+            acc = fmaf(xd[b], f, acc);
         }
-        break;
+        return acc;
     }
     case INVAR_T_Q6_K: {
         const block_q6_K *B = (const block_q6_K *)wrow + u;
@@ -157,29 +156,26 @@ void mm_terms_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *x
             int isum = B->scales[2 * a] * (dlo - 32 * xs[2 * b]) +
                        B->scales[2 * a + 1] * (dhi - 32 * xs[2 * b + 1]);
             float f = d * (float)isum;
-            terms[a] = xd[b] * f;
+            acc = fmaf(xd[b], f, acc);
         }
-        break;
+        return acc;
     }
-    default: break;
+    default: return acc;
     }
 }
 
 void mm_quant_scalar(const mm_args *a, int64_t g0, int64_t g1) {
     const cpu_weight *w = a->w;
     const int64_t j0 = g0 * MM_NC, j1 = g1 * MM_NC < w->n ? g1 * MM_NC : w->n;
-    const int64_t ue = mm_unit_elems(w->type), nu = w->k / ue, tpu = ue / MM_QK;
+    const int64_t ue = mm_unit_elems(w->type), nu = w->k / ue;
     const int64_t nb = a->xq.nb, k = w->k;
-    float terms[8];
     for (int64_t j = j0; j < j1; j++) {
         const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
         for (int64_t i = 0; i < a->m; i++) {
             float acc = 0.0f;
-            for (int64_t u = 0; u < nu; u++) {
-                mm_terms_scalar(w->type, wrow, u, a->xq.q + i * k, a->xq.d + i * nb,
-                                a->xq.s + i * 2 * nb, terms);
-                for (int64_t t = 0; t < tpu; t++) acc = acc + terms[t];
-            }
+            for (int64_t u = 0; u < nu; u++)
+                acc = mm_unit_accum_scalar(w->type, wrow, u, a->xq.q + i * k, a->xq.d + i * nb,
+                                           a->xq.s + i * 2 * nb, acc);
             a->y[i * a->ldy + j] = acc;
         }
     }
