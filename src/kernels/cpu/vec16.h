@@ -4,9 +4,8 @@
  * translation unit and to two ymm or four xmm operations elsewhere. Every operation is an
  * IEEE add/sub/mul/div/fused multiply-add, compare or integer bit operation performed lane
  * by lane, so a lane's result is the same bits whichever ISA ran it and whatever the other
- * lanes held. That is
- * what lets one exp serve every caller (attention, SiLU, sampling, log-softmax) and every
- * path (decode, prefill, any batch), as docs/invariance.md requires. */
+ * lanes held. That is what lets one exp serve every caller (attention, SiLU, sampling,
+ * log-softmax) and every path (decode, prefill, any batch), as docs/invariance.md requires. */
 #ifndef INVAR_VEC16_H
 #define INVAR_VEC16_H
 #include <stdint.h>
