@@ -1,24 +1,15 @@
 /* 16-lane float vectors (GCC/clang vector extensions) and the engine's one exponential.
  *
  * Why vector extensions: the same source compiles to one zmm per operation in an AVX-512
- * translation unit and to four xmm operations elsewhere. Every operation is an IEEE
- * add/sub/mul/div, compare or integer bit operation performed lane by lane, so a lane's
- * result is the same bits whichever ISA ran it and whatever the other lanes held. That is
- * what lets one exp serve every caller (attention, SiLU, sampling, log-softmax) and every
- * path (decode, prefill, any batch), as docs/invariance.md requires. */
+ * translation unit and to two ymm or four xmm operations elsewhere. Every operation is an
+ * IEEE add/sub/mul/div/fused multiply-add, compare or integer bit operation performed lane
+ * by lane, so a lane's result is the same bits whichever ISA ran it and whatever the other
+ * lanes held. That is what lets one exp serve every caller (attention, SiLU, sampling,
+ * log-softmax) and every path (decode, prefill, any batch), as docs/invariance.md requires. */
 #ifndef INVAR_VEC16_H
 #define INVAR_VEC16_H
 #include <stdint.h>
 #include <string.h>
-
-/* All functions here are always inlined, so no vector crosses a call boundary: the ABI
- * note GCC gives for 64-byte vectors in non-AVX-512 units (at every use, hence for the
- * rest of the including file) does not apply. */
-#if defined(__clang__)
-#pragma clang diagnostic ignored "-Wpsabi"
-#elif defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
