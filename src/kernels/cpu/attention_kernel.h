@@ -166,8 +166,9 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
     }
 }
 
-/* Specialised on the tile size and the common head dims so the compiler can keep a tile's
- * accumulators in registers; every instance performs the same per-query operations. */
+/* AVX-512 build: specialised on the tile size and the common head dims so the compiler can
+ * keep a tile's accumulators in registers; every instance performs the same per-query
+ * operations as the general one. */
 #define ATTN_TILE_Q(hd)                                                   \
     switch (Q) {                                                          \
     case 1: attn_tile(sh, kv, kvh, qs, 1, hd); break;                     \
@@ -194,9 +195,15 @@ static void attn_tile_any(const attn_shape *sh, const attn_job *jobs, int n_jobs
             qs->out[Q] = jobs[t].out + (h0 + g) * hd;
             qs->pos[Q] = jobs[t].pos;
         }
+#if defined(__AVX512F__)
     switch (hd) {
     case 64: ATTN_TILE_Q(64) break;
     case 128: ATTN_TILE_Q(128) break;
-    default: ATTN_TILE_Q(hd) break;
+    default: attn_tile(sh, kv, kvh, qs, Q, hd); break;
     }
+#else
+    /* Other builds: one general instance (they are fallbacks; 24 instances of 16-lane
+     * code lowered to narrower vectors would cost minutes of compile time). */
+    attn_tile(sh, kv, kvh, qs, Q, hd);
+#endif
 }
