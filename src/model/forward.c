@@ -21,13 +21,21 @@ size_t kv_bytes_per_block(const model_config *c) {
     return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(float);
 }
 
+/* Zeroed, 64-byte aligned (kernel vectors never straddle cache lines), and still lazily
+ * backed by the OS like calloc: pages are only touched when a block is first used. */
+static float *calloc_aligned64(size_t n, void **raw) {
+    *raw = calloc(n * sizeof(float) + 64, 1);
+    if (!*raw) return NULL;
+    return (float *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
+}
+
 int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks) {
     s->n_blocks = n_blocks;
     s->n_layer = c->n_layer;
     s->kv_dim = c->n_head_kv * c->head_dim;
     size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK * (size_t)s->kv_dim;
-    s->k = calloc(n, sizeof(float));
-    s->v = calloc(n, sizeof(float));
+    s->k = calloc_aligned64(n, &s->k_raw);
+    s->v = calloc_aligned64(n, &s->v_raw);
     if (!s->k || !s->v) {
         kv_storage_free(s);
         return -1;
@@ -36,12 +44,17 @@ int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks) {
 }
 
 void kv_storage_free(kv_storage *s) {
-    free(s->k);
-    free(s->v);
+    free(s->k_raw);
+    free(s->v_raw);
     s->k = s->v = NULL;
+    s->k_raw = s->v_raw = NULL;
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Activation buffers on 64-byte boundaries: rows of 576 floats are then whole cache lines
+ * (malloc's large blocks start 16 bytes past a page, so every vector straddled two). */
+static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); }
 
 fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logits) {
     const model_config *c = &m->cfg;
@@ -51,15 +64,15 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     s->max_logits = max_logits;
     s->matmul = cpu_matmul;
     size_t T = (size_t)max_tokens, qd = (size_t)(c->n_head * c->head_dim), kvd = (size_t)(c->n_head_kv * c->head_dim);
-    s->x = malloc(sizeof(float) * T * (size_t)c->n_embd);
-    s->xn = malloc(sizeof(float) * T * max_sz((size_t)c->n_embd, qd));
-    s->q = malloc(sizeof(float) * T * qd);
-    s->k = malloc(sizeof(float) * T * kvd);
-    s->v = malloc(sizeof(float) * T * kvd);
-    s->attn = malloc(sizeof(float) * T * qd);
-    s->gate = malloc(sizeof(float) * T * (size_t)c->n_ff);
-    s->up = malloc(sizeof(float) * T * (size_t)c->n_ff);
-    s->hidden = malloc(sizeof(float) * (size_t)max_logits * (size_t)c->n_embd);
+    s->x = falloc(T * (size_t)c->n_embd);
+    s->xn = falloc(T * max_sz((size_t)c->n_embd, qd));
+    s->q = falloc(T * qd);
+    s->k = falloc(T * kvd);
+    s->v = falloc(T * kvd);
+    s->attn = falloc(T * qd);
+    s->gate = falloc(T * (size_t)c->n_ff);
+    s->up = falloc(T * (size_t)c->n_ff);
+    s->hidden = falloc((size_t)max_logits * (size_t)c->n_embd);
     s->jobs = malloc(sizeof(attn_job) * T);
     size_t sc = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {

@@ -12,7 +12,8 @@
  * (layout inside a block: attention.h). */
 typedef struct {
     int64_t n_blocks, kv_dim, n_layer;
-    float *k, *v;
+    float *k, *v;            /* 64-byte aligned */
+    void *k_raw, *v_raw;     /* what to free */
 } kv_storage;
 
 int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks);
