@@ -12,11 +12,6 @@ float invar_expf(float x) {
     return invar_exp16(v)[0];
 }
 
-float invar_silu(float x) {
-    f32x16 v = {x};
-    return (v / (1.0f + invar_exp16(-v)))[0];
-}
-
 void invar_expf_n(const float *x, float sub, float *y, int64_t n) { vec16_active()->expf_n(x, sub, y, n); }
 
 void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {

@@ -8,7 +8,6 @@
 
 /* The one exp (vec16.h: invar_exp16); scalar callers get lane 0 of the same code. */
 float invar_expf(float x);
-float invar_silu(float x);
 /* y[i] = invar_expf(x[i] - sub), 16 lanes at a time. y may alias x. */
 void invar_expf_n(const float *x, float sub, float *y, int64_t n);
 
