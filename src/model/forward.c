@@ -11,6 +11,7 @@ struct fwd_state {
     int64_t max_tokens, max_logits;
     float *x, *xn, *q, *k, *v, *attn, *gate, *up, *hidden;
     attn_job *jobs;
+    int64_t *row_cuts; /* first token of each row task, then T (row_tasks) */
     void *scratch;
     matmul_fn matmul;
 };
@@ -74,6 +75,7 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     s->up = falloc(T * (size_t)c->n_ff);
     s->hidden = falloc((size_t)max_logits * (size_t)c->n_embd);
     s->jobs = malloc(sizeof(attn_job) * T);
+    s->row_cuts = malloc(sizeof(int64_t) * (T + 1));
     size_t sc = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
@@ -83,7 +85,7 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     sc = max_sz(sc, cpu_matmul_scratch_bytes(&m->output, max_logits));
     s->scratch = malloc(sc ? sc : 1);
     if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->attn || !s->gate || !s->up || !s->hidden ||
-        !s->jobs || !s->scratch) {
+        !s->jobs || !s->row_cuts || !s->scratch) {
         fwd_state_free(s);
         return NULL;
     }
@@ -95,14 +97,20 @@ void fwd_state_free(fwd_state *s) {
     float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->gate, s->up, s->hidden};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(s->jobs);
+    free(s->row_cuts);
     free(s->scratch);
     free(s);
 }
 
 /* Per-token work between the matmuls. Each token's row depends on that row only, so
  * splitting the tokens over threads cannot change a bit; small batches (decode) run on
- * the calling thread, where handing out tasks would cost more than it saves. */
-#define ROWS_PER_TASK 8
+ * the calling thread, where handing out tasks would cost more than it saves.
+ *
+ * Row tasks start only where a token begins a KV block or a new sequence: the K cache is
+ * stored transposed ([head_dim][16] per block), so two threads storing tokens of one
+ * block would write the same cache lines (false sharing tripled the store's cost at
+ * two threads). Tasks hold ROWS_PER_TASK to 2 x ROWS_PER_TASK - 1 tokens. */
+#define ROWS_PER_TASK KV_BLOCK
 #define ROWS_PARALLEL_MIN 32
 
 typedef struct rows_ctx rows_ctx;
@@ -112,13 +120,24 @@ struct rows_ctx {
     kv_storage *kv;
     const fwd_batch *b;
     int64_t il;
+    int64_t n_tasks; /* row tasks: s->row_cuts[i] .. s->row_cuts[i + 1] */
     void (*row)(const rows_ctx *c, int64_t t);
 };
 
+static int64_t row_tasks(const fwd_batch *b, int64_t *cuts) {
+    int64_t n = 0;
+    cuts[n++] = 0;
+    for (int64_t t = 1; t < b->n_tokens; t++) {
+        const int boundary = b->pos[t] % KV_BLOCK == 0 || b->block_tables[t] != b->block_tables[t - 1];
+        if (t - cuts[n - 1] >= ROWS_PER_TASK && boundary) cuts[n++] = t;
+    }
+    cuts[n] = b->n_tokens;
+    return n;
+}
+
 static void rows_task(void *p, int64_t task) {
     const rows_ctx *c = p;
-    const int64_t t1 = (task + 1) * ROWS_PER_TASK;
-    for (int64_t t = task * ROWS_PER_TASK; t < t1 && t < c->b->n_tokens; t++) c->row(c, t);
+    for (int64_t t = c->s->row_cuts[task]; t < c->s->row_cuts[task + 1]; t++) c->row(c, t);
 }
 
 static void for_each_row(threadpool *tp, rows_ctx *c, void (*row)(const rows_ctx *, int64_t)) {
@@ -128,7 +147,7 @@ static void for_each_row(threadpool *tp, rows_ctx *c, void (*row)(const rows_ctx
         for (int64_t t = 0; t < T; t++) row(c, t);
         return;
     }
-    threadpool_run(tp, rows_task, c, (T + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+    threadpool_run(tp, rows_task, c, c->n_tasks);
 }
 
 static void add_bias(float *x, const float *bias, int64_t n) {
@@ -225,7 +244,7 @@ int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, 
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab) return -1;
         if (b->pos[t] < 0 || b->pos[t] >= m->rope_len) return -1;
     }
-    rows_ctx rc = {m, s, kv, b, 0, NULL};
+    rows_ctx rc = {m, s, kv, b, 0, row_tasks(b, s->row_cuts), NULL};
     for_each_row(tp, &rc, row_embed);
     for (int64_t il = 0; il < c->n_layer; il++) {
         rc.il = il;
