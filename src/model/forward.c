@@ -209,14 +209,27 @@ static void row_ffn_residual(const rows_ctx *c, int64_t t) {
     if (c->il + 1 < cf->n_layer) row_rmsnorm(x, c->m->layers[c->il + 1].attn_norm, xn, D, cf->rms_eps);
 }
 
+/* Matmuls that read the same activations (q/k/v, gate/up): one cpu_matmul_multi, which
+ * quantises x once and hands out all column tasks in one pool run. A test's replacement
+ * matmul is called once per weight. */
+static void matmuls_on(fwd_state *s, threadpool *tp, int nw, const cpu_weight *const *w, const float *x,
+                       int64_t T, int64_t ldx, float *const *y, const int64_t *ldy) {
+    if (s->matmul == cpu_matmul) {
+        cpu_matmul_multi(tp, nw, w, x, T, ldx, y, ldy, s->scratch);
+        return;
+    }
+    for (int i = 0; i < nw; i++) s->matmul(tp, w[i], x, T, ldx, y[i], ldy[i], s->scratch);
+}
+
 static void attention_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
     const int64_t T = rc->b->n_tokens, hd = c->head_dim;
     const int64_t qd = c->n_head * hd, kvd = c->n_head_kv * hd, D = c->n_embd;
-    s->matmul(tp, &L->wq, s->xn, T, D, s->q, qd, s->scratch);
-    s->matmul(tp, &L->wk, s->xn, T, D, s->k, kvd, s->scratch);
-    s->matmul(tp, &L->wv, s->xn, T, D, s->v, kvd, s->scratch);
+    const cpu_weight *w[] = {&L->wq, &L->wk, &L->wv};
+    float *const y[] = {s->q, s->k, s->v};
+    const int64_t ldy[] = {qd, kvd, kvd};
+    matmuls_on(s, tp, 3, w, s->xn, T, D, y, ldy);
     for_each_row(tp, rc, row_qkv);
     attn_shape shape = {c->n_head, c->n_head_kv, hd, 1.0f / sqrtf((float)hd)};
     attn_run(tp, &shape, s->jobs, T);
@@ -228,8 +241,10 @@ static void ffn_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
     const int64_t T = rc->b->n_tokens, D = c->n_embd, F = c->n_ff;
-    s->matmul(tp, &L->gate, s->xn, T, D, s->gate, F, s->scratch);
-    s->matmul(tp, &L->up, s->xn, T, D, s->up, F, s->scratch);
+    const cpu_weight *w[] = {&L->gate, &L->up};
+    float *const y[] = {s->gate, s->up};
+    const int64_t ldy[] = {F, F};
+    matmuls_on(s, tp, 2, w, s->xn, T, D, y, ldy);
     for_each_row(tp, rc, row_silu);
     s->matmul(tp, &L->down, s->gate, T, F, s->xn, D, s->scratch);
     for_each_row(tp, rc, row_ffn_residual);

@@ -252,14 +252,27 @@ static int64_t groups_per_task(int64_t ngroups) {
     return g < 1 ? 1 : g > 16 ? 16 : g;
 }
 
-static void task_quant(void *ctx, int64_t t) {
-    const mm_task *T = ctx;
-    const int64_t ngroups = (T->a->w->n + MM_NC - 1) / MM_NC, gpt = groups_per_task(ngroups);
-    int64_t g0 = t * gpt, g1 = g0 + gpt;
-    if (g1 > ngroups) g1 = ngroups;
-    if (T->isa == CPU_ISA_AVX512) mm_quant_avx512(T->a, g0, g1);
-    else if (T->isa == CPU_ISA_AVX2) mm_quant_avx2(T->a, g0, g1);
-    else mm_quant_scalar(T->a, g0, g1);
+/* Column tasks of one weight: fixed chunks of output columns, from n alone. */
+static int64_t column_tasks(const cpu_weight *w) {
+    if (!mm_is_quantised(w->type)) return (w->n + FCOLS_PER_TASK - 1) / FCOLS_PER_TASK;
+    const int64_t ngroups = (w->n + MM_NC - 1) / MM_NC, gpt = groups_per_task(ngroups);
+    return (ngroups + gpt - 1) / gpt;
+}
+
+static void run_column_task(const mm_args *a, cpu_isa isa, int64_t t) {
+    const cpu_weight *w = a->w;
+    if (mm_is_quantised(w->type)) {
+        const int64_t ngroups = (w->n + MM_NC - 1) / MM_NC, gpt = groups_per_task(ngroups);
+        const int64_t g0 = t * gpt, g1 = g0 + gpt < ngroups ? g0 + gpt : ngroups;
+        if (isa == CPU_ISA_AVX512) mm_quant_avx512(a, g0, g1);
+        else if (isa == CPU_ISA_AVX2) mm_quant_avx2(a, g0, g1);
+        else mm_quant_scalar(a, g0, g1);
+    } else {
+        const int64_t j0 = t * FCOLS_PER_TASK, j1 = j0 + FCOLS_PER_TASK < w->n ? j0 + FCOLS_PER_TASK : w->n;
+        if (isa == CPU_ISA_AVX512) mm_float_avx512(a, j0, j1);
+        else if (isa == CPU_ISA_AVX2) mm_float_avx2(a, j0, j1);
+        else mm_float_scalar(a, j0, j1);
+    }
 }
 
 /* Float types: copies activation rows to 64-byte aligned rows whose stride is whole
@@ -282,51 +295,86 @@ static void task_stage(void *ctx, int64_t t) {
     stage_rows(S->a, S->dst, i0, i1 < S->a->m ? i1 : S->a->m);
 }
 
-static void task_float(void *ctx, int64_t t) {
-    const mm_task *T = ctx;
-    int64_t j0 = t * FCOLS_PER_TASK, j1 = j0 + FCOLS_PER_TASK;
-    if (j1 > T->a->w->n) j1 = T->a->w->n;
-    if (T->isa == CPU_ISA_AVX512) mm_float_avx512(T->a, j0, j1);
-    else if (T->isa == CPU_ISA_AVX2) mm_float_avx2(T->a, j0, j1);
-    else mm_float_scalar(T->a, j0, j1);
+/* Brings a's activations into the form its kernels read, in scratch: quantised rows or
+ * panels, or aligned float rows. Row-local, so splitting rows over threads cannot change
+ * any bit. */
+static void prepare_activations(threadpool *tp, mm_args *a, cpu_isa isa, void *scratch) {
+    const cpu_weight *w = a->w;
+    const int64_t m = a->m, row_tasks = (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK;
+    if (mm_is_quantised(w->type)) {
+        a->xq = carve_xq(w, m, scratch);
+        if (isa == CPU_ISA_AVX512 && mm_panel_type(w->type)) a->xp = (uint8_t *)a->xq.q;
+        mm_task T = {a, isa};
+        if (m * w->k >= 32768) threadpool_run(tp, task_quantize, &T, row_tasks);
+        else quantize_rows(a, isa, 0, m);
+    } else if (m >= 2 && scratch && (((uintptr_t)a->x & 63) || (a->ldx & 15))) {
+        stage_task S = {a, (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
+        if (m * w->k >= 32768) threadpool_run(tp, task_stage, &S, row_tasks);
+        else stage_rows(a, S.dst, 0, m);
+        a->x = S.dst;
+        a->ldx = staged_ldx(w->k);
+    }
+}
+
+static void init_args(mm_args *a, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
+                      float *y, int64_t ldy) {
+    memset(a, 0, sizeof *a);
+    a->w = w;
+    a->m = m;
+    a->x = x;
+    a->ldx = ldx;
+    a->y = y;
+    a->ldy = ldy;
+}
+
+/* Several weights over the same activations: one pool run whose tasks are the column
+ * tasks of every weight in turn. */
+typedef struct {
+    const mm_args *a;
+    const int64_t *first; /* first[i]: index of weight i's first task; first[nw]: total */
+    int nw;
+    cpu_isa isa;
+} multi_task;
+
+static void task_columns(void *ctx, int64_t t) {
+    const multi_task *M = ctx;
+    int i = 0;
+    while (t >= M->first[i + 1]) i++;
+    run_column_task(&M->a[i], M->isa, t - M->first[i]);
 }
 
 void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
                 float *y, int64_t ldy, void *scratch) {
-    if (m <= 0) return;
-    const cpu_isa isa = cpu_isa_active();
-    mm_args a;
-    memset(&a, 0, sizeof a);
-    a.w = w;
-    a.m = m;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
-    mm_task T = {&a, isa};
-    if (mm_is_quantised(w->type)) {
-        a.xq = carve_xq(w, m, scratch);
-        if (isa == CPU_ISA_AVX512 && mm_panel_type(w->type)) a.xp = (uint8_t *)a.xq.q;
-        /* Row-local, so splitting rows over threads cannot change any bit. */
-        if (m * w->k >= 32768)
-            threadpool_run(tp, task_quantize, &T, (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK);
-        else
-            quantize_rows(&a, isa, 0, m);
-        const int64_t ngroups = (w->n + MM_NC - 1) / MM_NC;
-        const int64_t gpt = groups_per_task(ngroups);
-        threadpool_run(tp, task_quant, &T, (ngroups + gpt - 1) / gpt);
-    } else {
-        if (m >= 2 && scratch && (((uintptr_t)x & 63) || (ldx & 15))) {
-            stage_task S = {&a, (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-            if (m * w->k >= 32768)
-                threadpool_run(tp, task_stage, &S, (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK);
-            else
-                stage_rows(&a, S.dst, 0, m);
-            a.x = S.dst;
-            a.ldx = staged_ldx(w->k);
+    cpu_matmul_multi(tp, 1, &w, x, m, ldx, &y, &ldy, scratch);
+}
+
+void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const float *x, int64_t m,
+                      int64_t ldx, float *const *y, const int64_t *ldy, void *scratch) {
+    if (m <= 0 || nw <= 0) return;
+    /* The activations are prepared once only for weights that read them in the same form. */
+    for (int i = 1; i < nw; i++) {
+        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k || nw > CPU_MATMUL_MAX_MULTI) {
+            for (int j = 0; j < nw; j++) cpu_matmul_multi(tp, 1, &w[j], x, m, ldx, &y[j], &ldy[j], scratch);
+            return;
         }
-        threadpool_run(tp, task_float, &T, (w->n + FCOLS_PER_TASK - 1) / FCOLS_PER_TASK);
     }
+    const cpu_isa isa = cpu_isa_active();
+    mm_args a[CPU_MATMUL_MAX_MULTI];
+    int64_t first[CPU_MATMUL_MAX_MULTI + 1];
+    init_args(&a[0], w[0], x, m, ldx, y[0], ldy[0]);
+    prepare_activations(tp, &a[0], isa, scratch);
+    first[0] = 0;
+    for (int i = 0; i < nw; i++) {
+        if (i > 0) {
+            a[i] = a[0];
+            a[i].w = w[i];
+            a[i].y = y[i];
+            a[i].ldy = ldy[i];
+        }
+        first[i + 1] = first[i] + column_tasks(w[i]);
+    }
+    multi_task M = {a, first, nw, isa};
+    threadpool_run(tp, task_columns, &M, first[nw]);
 }
 
 /* ---- Negative control: NOT batch-invariant on purpose (tests only). ---- */

@@ -31,6 +31,14 @@ size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m);
 void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
                 float *y, int64_t ldy, void *scratch);
 
+/* cpu_matmul for up to CPU_MATMUL_MAX_MULTI weights over the same x (q/k/v, gate/up):
+ * y[w][i*ldy[w] + j] = sum_k x[i*ldx + k] * W_w[j][k]. Each output gets exactly the
+ * bits cpu_matmul gives; the activations are quantised once when the weights share type
+ * and K, and all column tasks go to the pool in one run. */
+#define CPU_MATMUL_MAX_MULTI 4
+void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const float *x, int64_t m,
+                      int64_t ldx, float *const *y, const int64_t *ldy, void *scratch);
+
 /* NEGATIVE CONTROL, tests only: splits K into a number of partial sums that grows with
  * m and adds them in float. Same maths, different rounding per m: NOT batch-invariant. */
 void cpu_matmul_splitk_by_m(threadpool *tp, const cpu_weight *w, const float *x, int64_t m,

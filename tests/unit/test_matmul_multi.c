@@ -1,0 +1,127 @@
+/* cpu_matmul_multi (q/k/v and gate/up in one call) gives every output exactly the bits of
+ * cpu_matmul on that weight alone, for every type and ISA, batch size and thread count;
+ * weights of different types (activations prepared per weight) included. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/threadpool.h"
+#include "test_matmul_common.h"
+
+#define NW 3
+#define MAX_M 130
+
+static const int64_t n_cols[NW] = {37, 16, 50}; /* a tail group, one whole group, a longer one */
+
+static int64_t k_for(uint32_t type) { return mm_block_elems(type) == 256 ? 512 : 256; }
+
+typedef struct {
+    void *wdata[NW];
+    cpu_weight w[NW];
+} weights;
+
+static void weights_init(weights *W, const uint32_t *types, int64_t k) {
+    char err[200];
+    for (int i = 0; i < NW; i++) {
+        W->wdata[i] = mm_make_weights(types[i], n_cols[i], k);
+        assert_int_equal(cpu_weight_init(&W->w[i], types[i], n_cols[i], k, W->wdata[i], err, sizeof err), 0);
+    }
+}
+
+static void weights_free(weights *W) {
+    for (int i = 0; i < NW; i++) {
+        cpu_weight_free(&W->w[i]);
+        free(W->wdata[i]);
+    }
+}
+
+/* Mismatching outputs of cpu_matmul_multi against cpu_matmul, over a sweep of m. */
+static int compare(const weights *W, int64_t k, threadpool *tp) {
+    const int64_t ldx = k + 5, ldy = 64;
+    float *x = malloc(sizeof(float) * MAX_M * (size_t)ldx);
+    float *ys[NW], *ref = malloc(sizeof(float) * MAX_M * (size_t)ldy);
+    size_t sc = 0;
+    for (int i = 0; i < NW; i++) {
+        ys[i] = malloc(sizeof(float) * MAX_M * (size_t)ldy);
+        const size_t b = cpu_matmul_scratch_bytes(&W->w[i], MAX_M);
+        sc = b > sc ? b : sc;
+    }
+    void *scratch = malloc(sc + 1);
+    for (int64_t r = 0; r < MAX_M; r++) mm_make_row(x + r * ldx, k);
+    static const int64_t ms[] = {1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 64, 65, 100, 130};
+    const cpu_weight *wp[NW] = {&W->w[0], &W->w[1], &W->w[2]};
+    const int64_t ldys[NW] = {ldy, ldy, ldy};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof ms / sizeof ms[0]; s++) {
+        const int64_t m = ms[s];
+        for (int i = 0; i < NW; i++)
+            for (int64_t e = 0; e < MAX_M * ldy; e++) ys[i][e] = NAN;
+        cpu_matmul_multi(tp, NW, wp, x, m, ldx, ys, ldys, scratch);
+        for (int i = 0; i < NW; i++) {
+            cpu_matmul(tp, &W->w[i], x, m, ldx, ref, ldy, scratch);
+            for (int64_t r = 0; r < m; r++)
+                bad += memcmp(ys[i] + r * ldy, ref + r * ldy, sizeof(float) * (size_t)n_cols[i]) != 0;
+        }
+    }
+    for (int i = 0; i < NW; i++) free(ys[i]);
+    free(ref);
+    free(x);
+    free(scratch);
+    return bad;
+}
+
+static void test_multi_matches_single(void **state) {
+    (void)state;
+    threadpool *tp[2] = {threadpool_create(1), threadpool_create(2)};
+    const cpu_isa best = cpu_isa_supported();
+    for (size_t t = 0; t < MM_N_TYPES; t++) {
+        const uint32_t ty = mm_test_types[t], types[NW] = {ty, ty, ty};
+        const int64_t k = k_for(ty);
+        mm_seed(77 + ty);
+        weights W;
+        weights_init(&W, types, k);
+        for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+            assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
+            for (int p = 0; p < 2; p++) {
+                const int bad = compare(&W, k, tp[p]);
+                if (bad) fail_msg("type %u isa %s threads %d: %d rows differ", ty, cpu_isa_name((cpu_isa)isa), p + 1, bad);
+            }
+        }
+        weights_free(&W);
+    }
+    cpu_isa_set(best);
+    threadpool_destroy(tp[0]);
+    threadpool_destroy(tp[1]);
+}
+
+/* Mixed types (a model with Q6_K beside Q4_K, or F16 beside Q8_0) take the per-weight path. */
+static void test_mixed_types(void **state) {
+    (void)state;
+    threadpool *tp = threadpool_create(2);
+    static const uint32_t mixes[][NW] = {
+        {INVAR_T_Q4_K, INVAR_T_Q6_K, INVAR_T_Q4_K},
+        {INVAR_T_Q8_0, INVAR_T_F16, INVAR_T_Q4_1},
+    };
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        mm_seed(500 + i);
+        weights W;
+        weights_init(&W, mixes[i], 512);
+        assert_int_equal(compare(&W, 512, tp), 0);
+        weights_free(&W);
+    }
+    threadpool_destroy(tp);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_multi_matches_single),
+        cmocka_unit_test(test_mixed_types),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
