@@ -103,13 +103,37 @@ def weight_bytes_per_token(path):
     return total, types
 
 
-def build_stream_read():
-    exe = os.path.join(CACHE, "stream_read")
-    src = os.path.join(ROOT, "bench", "stream_read.c")
+def prefill_macs_per_token(path):
+    """Multiply-adds per token of a 512-token prefill: every layer matmul (the output head
+    runs for the last token only) plus attention (QK and PV over, on average,
+    (PP_TOKENS + 1) / 2 positions per query head)."""
+    import gguf
+    r = gguf.GGUFReader(path)
+
+    def field(key):
+        f = r.fields[f"llama.{key}"]
+        return int(f.parts[f.data[0]][0])
+    mm = sum(int(t.shape[0]) * int(t.shape[1]) for t in r.tensors
+             if t.name.startswith("blk.") and len(t.shape) == 2)
+    hd = field("embedding_length") // field("attention.head_count")
+    attn = field("block_count") * field("attention.head_count") * hd * 2 * (PP_TOKENS + 1) / 2
+    return mm + attn
+
+
+def build_probe(name):
+    """bench/<name>.c compiled into build-bench/ for this machine (-march=native)."""
+    exe = os.path.join(CACHE, name)
+    src = os.path.join(ROOT, "bench", f"{name}.c")
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         os.makedirs(CACHE, exist_ok=True)
         subprocess.run(["cc", "-O3", "-march=native", "-pthread", src, "-o", exe], check=True)
     return exe
+
+
+def fma_peak(exe, threads, reps):
+    """Aggregate float32 FMA throughput, GMAC/s per repetition (bench/fma_peak.c)."""
+    out = subprocess.run([exe, str(threads), str(reps)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["gmacs"]
 
 
 def stream_bandwidth(exe, threads, size_mib, reps):
@@ -167,11 +191,15 @@ def run_timed(cmd, stdin_text):
     return lines
 
 
-def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompt, long_warm=None):
-    """One process: warm-up, [pp512,] prefill group, decode group.  Returns seconds.
-    long_warm, a second 512-token prompt, joins the warm-up so that the timed prefill does
-    not pay the first touch of the activation buffers and KV pages (llama.cpp's runner
-    warms up the same way)."""
+def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompts, long_warm=None):
+    """One process: warm-up, [pp512 x len(long_prompts),] prefill group, decode group.
+    Returns seconds: pp_s (median over the long prompts, timed one after another),
+    prefill_short_s, decode_s.  long_warm, one more 512-token prompt, joins the warm-up so
+    that no timed prefill pays the first touch of the activation buffers and KV pages
+    (llama.cpp's runner warms up the same way)."""
+    long_prompts = long_prompts or []
+    if isinstance(long_prompts, str):
+        long_prompts = [long_prompts]
     reqs = []
 
     def group(tag, n, max_tokens, prompt_fn):
@@ -181,28 +209,31 @@ def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompt, long
     group("W", n_seq, 1, lambda: short()[0])
     if long_warm is not None:
         group("W", 1, 1, lambda: long_warm)
-    if long_prompt is not None:
-        group("P", 1, 1, lambda: long_prompt)
+    for i, lp in enumerate(long_prompts):
+        reqs.append({"id": f"P{i}", "prompt": lp, "max_tokens": 1})
     group("A", n_seq, 1, lambda: short()[0])
     group("B", n_seq, 1 + dec_tokens, lambda: short()[0])
     cmd = [invar, "batch", "--model", model, "--threads", str(threads), "--max-batch", str(n_seq),
            "--max-batch-tokens", str(max(PP_TOKENS, n_seq))]
     lines = run_timed(cmd, "".join(json.dumps(r) + "\n" for r in reqs))
-    done = {}
+    done, at = {}, {}
     for res, t in lines:
         if "error" in res:
             raise RuntimeError(f"invar request failed: {res}")
         tag = res["id"][0]
         done[tag] = max(done.get(tag, 0.0), t)
+        at[res["id"]] = t
         if tag == "B" and len(res["token_ids"]) != 1 + dec_tokens:
             raise RuntimeError(f"invar stopped early: {len(res['token_ids'])} tokens")
         if tag == "P" and res["prompt_tokens"] != PP_TOKENS:
             raise RuntimeError("pp prompt has the wrong length")
-    before_a = done["P"] if long_prompt is not None else done["W"]
+    before_a = done["P"] if long_prompts else done["W"]
     prefill_short = done["A"] - before_a
     out = {"decode_s": (done["B"] - done["A"]) - prefill_short, "prefill_short_s": prefill_short}
-    if long_prompt is not None:
-        out["pp_s"] = done["P"] - done["W"]
+    if long_prompts:
+        ends = [done["W"]] + [at[f"P{i}"] for i in range(len(long_prompts))]
+        out["pp_all_s"] = [b - a for a, b in zip(ends, ends[1:])]
+        out["pp_s"] = median(out["pp_all_s"])
     return out
 
 
@@ -323,34 +354,41 @@ class LlamaRunner:
 
 # ----------------------------------------------------------------------------- runs
 
-def bench_single(args, invar, name, path, threads, exact, wbytes, results):
-    """pp512 and single-sequence decode, invar and llama.cpp interleaved rep by rep."""
-    inv, lla = {"pp": [], "tg": []}, {"pp": [], "tg": []}
-    llama = None
+def bench_single(args, invar, name, path, threads_list, exact, results):
+    """pp512 and single-sequence decode at every thread count, invar and llama.cpp
+    interleaved rep by rep and thread count by thread count (so the thread-scaling ratio
+    of each repetition compares runs minutes apart, not a whole section apart).  Each pp
+    figure is the median of --pp-prompts prompts timed one after another in one process."""
+    inv = {t: {"pp": [], "tg": []} for t in threads_list}
+    lla = {t: {"pp": [], "tg": []} for t in threads_list}
+    llama = {}
     if not args.skip_llama:
-        llama = LlamaRunner(path, threads, 1, 1024)
-        text, ids = exact(PP_TOKENS)
-        llama.prefill(ids)                                 # warm-up: first touch, graph
-        llama.decode([exact(SHORT_PROMPT)[1]], 4, 60)
+        for t in threads_list:
+            llama[t] = LlamaRunner(path, t, 1, 1024)
+            llama[t].prefill(exact(PP_TOKENS)[1])                 # warm-up: first touch, graph
+            llama[t].decode([exact(SHORT_PROMPT)[1]], 4, 60)
     for rep in range(args.reps):
-        long_text, long_ids = exact(PP_TOKENS)
-        r = invar_rep(invar, path, threads, 1, args.tokens, lambda: exact(SHORT_PROMPT), long_text,
-                      None if args.cold_prefill else exact(PP_TOKENS)[0])
-        inv["pp"].append(PP_TOKENS / r["pp_s"])
-        inv["tg"].append(args.tokens / r["decode_s"])
-        if llama:
-            lla["pp"].append(PP_TOKENS / llama.prefill(long_ids))
-            sec, steps = llama.decode([exact(SHORT_PROMPT)[1]], args.tokens, args.llama_cap)
-            lla["tg"].append(steps / sec)
-        log(f"  {name} t={threads} rep {rep + 1}: invar pp {inv['pp'][-1]:.1f} tg {inv['tg'][-1]:.1f}"
-            + (f" | llama.cpp pp {lla['pp'][-1]:.1f} tg {lla['tg'][-1]:.1f}" if llama else ""))
-    if llama:
-        llama.close()
+        for t in threads_list:
+            longs = [exact(PP_TOKENS) for _ in range(args.pp_prompts)]
+            r = invar_rep(invar, path, t, 1, args.tokens, lambda: exact(SHORT_PROMPT), [x[0] for x in longs],
+                          None if args.cold_prefill else exact(PP_TOKENS)[0])
+            inv[t]["pp"].append(PP_TOKENS / r["pp_s"])
+            inv[t]["tg"].append(args.tokens / r["decode_s"])
+            line = f"  {name} t={t} rep {rep + 1}: invar pp {inv[t]['pp'][-1]:.1f} tg {inv[t]['tg'][-1]:.1f}"
+            if llama:
+                lla[t]["pp"].append(PP_TOKENS / median([llama[t].prefill(x[1]) for x in longs]))
+                sec, steps = llama[t].decode([exact(SHORT_PROMPT)[1]], args.tokens, args.llama_cap)
+                lla[t]["tg"].append(steps / sec)
+                line += f" | llama.cpp pp {lla[t]['pp'][-1]:.1f} tg {lla[t]['tg'][-1]:.1f}"
+            log(line)
+    for r in llama.values():
+        r.close()
     for eng, d in (("invar", inv), ("llama.cpp", lla)):
-        for test, xs in d.items():
-            if xs:
-                results.append({"model": name, "engine": eng, "threads": threads, "test": test,
-                                "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
+        for t in threads_list:
+            for test, xs in d[t].items():
+                if xs:
+                    results.append({"model": name, "engine": eng, "threads": t, "test": test,
+                                    "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
 
 
 def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
@@ -360,7 +398,7 @@ def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
         llama = LlamaRunner(path, threads, n_seq, 256)
         llama.decode([exact(SHORT_PROMPT)[1] for _ in range(n_seq)], 2, 60)   # warm-up
     for rep in range(args.reps):
-        r = invar_rep(invar, path, threads, n_seq, args.tokens, lambda: exact(SHORT_PROMPT), None)
+        r = invar_rep(invar, path, threads, n_seq, args.tokens, lambda: exact(SHORT_PROMPT), [])
         inv.append(n_seq * args.tokens / r["decode_s"])
         if llama:
             prompts = [exact(SHORT_PROMPT)[1] for _ in range(n_seq)]
@@ -385,11 +423,25 @@ def find(results, **kw):
 
 # ----------------------------------------------------------------------------- report
 
-def summarise(results, models, bw, threads_list, ns):
+def paired_scaling(results, engine, model, t1, t2):
+    """Median over repetitions of pp(t2) / pp(t1); the thread counts of one repetition run
+    back to back, so each ratio compares like conditions."""
+    a = next((r["tokens_per_s"] for r in results if r["engine"] == engine and r["model"] == model
+              and r["test"] == "pp" and r["threads"] == t1), None)
+    b = next((r["tokens_per_s"] for r in results if r["engine"] == engine and r["model"] == model
+              and r["test"] == "pp" and r["threads"] == t2), None)
+    if not a or not b:
+        return None
+    return median([y / x for x, y in zip(a, b)])
+
+
+def summarise(results, models, bw, threads_list, ns, fma=None, macs=None):
     """Table rows and the goal checks of the issue."""
     rows, goals = [], []
     tmax = max(threads_list)
-    for name, _, wb, _ in models:
+    fma, macs = fma or {}, macs or {}
+    for name, _, wb, types in models:
+        float_model = not any(ty.startswith("Q") for ty in types)
         for test in ("pp", "tg"):
             for t in threads_list:
                 a = find(results, model=name, engine="invar", threads=t, test=test)
@@ -399,6 +451,13 @@ def summarise(results, models, bw, threads_list, ns):
                 if test == "tg":
                     row["invar_bw_fraction"] = a * wb / (bw[t] * 1e9) if a else None
                     row["llama_bw_fraction"] = b * wb / (bw[t] * 1e9) if b else None
+                elif float_model and t in fma and name in macs:
+                    # Float weights: every multiply-add is a float32 FMA, so the FMA peak
+                    # bounds prefill (quantised types use int8 dot products instead).
+                    bound = fma[t] * 1e9 / macs[name]
+                    row["fma_bound"] = bound
+                    row["invar_fma_fraction"] = a / bound if a else None
+                    row["llama_fma_fraction"] = b / bound if b else None
                 rows.append(row)
     for n in ns:
         a = find(results, model="Q4_1", engine="invar", threads=tmax, test="agg", n_seq=n)
@@ -406,16 +465,20 @@ def summarise(results, models, bw, threads_list, ns):
         rows.append({"model": "Q4_1", "test": f"agg x{n}", "threads": tmax, "invar": a,
                      "llama.cpp": b, "ratio": ratio(a, b)})
 
-    def goal(text, value, target, ok):
+    def goal(text, value, target, ok, **extra):
         goals.append({"goal": text, "value": value, "target": target,
-                      "met": bool(ok) if value is not None else None})
+                      "met": bool(ok) if value is not None else None, **extra})
     for name, _, _, _ in models:
         tg = next(r for r in rows if r["model"] == name and r["test"] == "tg" and r["threads"] == tmax)
         f = tg["invar_bw_fraction"]
         goal(f"{name} decode >= 80% of bandwidth bound", f, 0.8, f is not None and f >= 0.8)
         goal(f"{name} decode ahead of llama.cpp", tg["ratio"], 1.0, tg["ratio"] and tg["ratio"] > 1.0)
-    pp = next(r for r in rows if r["model"] == "Q4_1" and r["test"] == "pp512" and r["threads"] == tmax)
-    goal("Q4_1 pp512 >= 2x llama.cpp", pp["ratio"], 2.0, pp["ratio"] and pp["ratio"] >= 2.0)
+    for name, _, _, _ in models:
+        pp = next(r for r in rows if r["model"] == name and r["test"] == "pp512" and r["threads"] == tmax)
+        extra = {}
+        if pp.get("fma_bound") and pp["llama.cpp"]:
+            extra["target_over_fma_bound"] = 2 * pp["llama.cpp"] / pp["fma_bound"]
+        goal(f"{name} pp512 >= 2x llama.cpp", pp["ratio"], 2.0, pp["ratio"] and pp["ratio"] >= 2.0, **extra)
     for n in (16, 64):
         r = next((r for r in rows if r["test"] == f"agg x{n}"), None)
         if r:
@@ -425,9 +488,11 @@ def summarise(results, models, bw, threads_list, ns):
     if a16 and a64:
         goal("invar aggregate decode grows from x16 to x64", a64 / a16, 1.0, a64 > a16)
     if 1 in threads_list and 2 in threads_list:
-        p1 = find(results, model="Q4_1", engine="invar", threads=1, test="pp")
-        p2 = find(results, model="Q4_1", engine="invar", threads=2, test="pp")
-        goal("invar pp512 scaling 1 -> 2 threads >= 1.8x", ratio(p2, p1), 1.8, ratio(p2, p1) and p2 / p1 >= 1.8)
+        for name, _, _, _ in models:
+            sc = paired_scaling(results, "invar", name, 1, 2)
+            goal(f"{name} invar pp512 scaling 1 -> 2 threads >= 1.8x", sc, 1.8, sc and sc >= 1.8,
+                 llama_cpp=paired_scaling(results, "llama.cpp", name, 1, 2),
+                 machine_fma=ratio(fma.get(2), fma.get(1)))
     return rows, goals
 
 
@@ -435,23 +500,37 @@ def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
-def print_table(rows, goals, bw, models):
+def print_table(rows, goals, bw, models, fma=None, macs=None):
+    fma, macs = fma or {}, macs or {}
     print()
     print("weights read per decoded token: " + ", ".join(f"{n} {wb / 1e6:.1f} MB" for n, _, wb, _ in models))
     print("streaming read (1 GiB, median): " + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(bw.items())))
+    if fma:
+        print("float32 FMA peak (median): " + ", ".join(f"{t} thr {g:.1f} GMAC/s" for t, g in sorted(fma.items()))
+              + "; prefill multiply-adds per token: "
+              + ", ".join(f"{n} {m / 1e6:.1f} M" for n, m in macs.items()))
     print()
     print(f"{'model':6} {'test':9} {'thr':>3} {'invar tok/s':>12} {'llama.cpp':>10} {'ratio':>6} "
-          f"{'invar %bw':>9} {'llama %bw':>9}")
+          f"{'invar %bw':>9} {'llama %bw':>9} {'invar %fma':>10} {'llama %fma':>10}")
+
+    def pct(x):
+        return fmt(x * 100 if x else None, ".0f")
     for r in rows:
-        bwa = r.get("invar_bw_fraction")
-        bwb = r.get("llama_bw_fraction")
         print(f"{r['model']:6} {r['test']:9} {r['threads']:>3} {fmt(r['invar']):>12} {fmt(r['llama.cpp']):>10} "
-              f"{fmt(r['ratio'], '.2f'):>6} {fmt(bwa * 100 if bwa else None, '.0f'):>9} "
-              f"{fmt(bwb * 100 if bwb else None, '.0f'):>9}")
+              f"{fmt(r['ratio'], '.2f'):>6} {pct(r.get('invar_bw_fraction')):>9} "
+              f"{pct(r.get('llama_bw_fraction')):>9} {pct(r.get('invar_fma_fraction')):>10} "
+              f"{pct(r.get('llama_fma_fraction')):>10}")
+    print("(%bw: decode against the streaming-read bound; %fma: float-weight prefill against the "
+          "float32 FMA peak)")
     print()
     for g in goals:
         mark = {True: "MET ", False: "MISS", None: "n/a "}[g["met"]]
-        print(f"[{mark}] {g['goal']}: {fmt(g['value'], '.2f')} (target {g['target']})")
+        extra = ""
+        if "llama_cpp" in g:
+            extra = f"; llama.cpp {fmt(g['llama_cpp'], '.2f')}, FMA probe {fmt(g['machine_fma'], '.2f')}"
+        if "target_over_fma_bound" in g:
+            extra = f"; the target is {g['target_over_fma_bound'] * 100:.0f}% of the FMA bound"
+        print(f"[{mark}] {g['goal']}: {fmt(g['value'], '.2f')} (target {g['target']}{extra})")
 
 
 def plot(path, rows, models, bw, ns, threads_list):
@@ -473,6 +552,13 @@ def plot(path, rows, models, bw, ns, threads_list):
                   for n in names]
             shade = colors[eng][min(threads_list.index(t), 1) if len(threads_list) > 1 else 1]
             ax[k].bar(x - 0.4 + w * (j + 0.5), ys, w, color=shade, label=f"{eng}, {t} thr")
+        if test == "pp512":
+            for t in threads_list:
+                bound = [next((r.get("fma_bound") for r in rows if r["model"] == n and r["test"] == test
+                               and r["threads"] == t), None) for n in names]
+                if any(bound):
+                    ax[k].scatter(x, [b or np.nan for b in bound], marker="_", s=900,
+                                  color="k" if t == tmax else "grey", label=f"FMA bound (float weights), {t} thr")
         if test == "tg":
             for t in threads_list:
                 bound = [bw[t] * 1e9 / wb for _, _, wb, _ in models]
@@ -519,6 +605,8 @@ def main():
     ap.add_argument("--invar", default=os.path.join(ROOT, "build", "invar"), help="invar binary")
     ap.add_argument("--llama-cap", type=float, default=20.0,
                     help="seconds after which a llama.cpp decode measurement stops early (default 20)")
+    ap.add_argument("--pp-prompts", type=int, default=3,
+                    help="512-token prompts timed per repetition, median taken (default 3)")
     ap.add_argument("--cold-prefill", action="store_true",
                     help="time invar's first 512-token prefill of the process (no long warm-up)")
     ap.add_argument("--skip-llama", action="store_true", help="measure invar only")
@@ -547,7 +635,8 @@ def main():
     load0 = load_average()
     commit = git_commit()   # now: the shared tree may move on during the run
     models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random)]
-    stream = build_stream_read()
+    stream, fma = build_probe("stream_read"), build_probe("fma_peak")
+    macs = {n: prefill_macs_per_token(p) for n, p, _, _ in models}
     exact = make_prompts(invar, DEFAULT_MODEL, 1234)
     prompt_cache = {n: [exact(n) for _ in range(64 * 3 + 8)] for n in (SHORT_PROMPT,)}
     pools = {n: iter(v) for n, v in prompt_cache.items()}
@@ -567,6 +656,7 @@ def main():
     for t in threads_list:
         bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
     cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
+    fma_samples = {t: fma_peak(fma, t, 3) for t in threads_list}
 
     results = []
     tag = args.tag or started.strftime("%Y%m%d-%H%M")
@@ -580,10 +670,9 @@ def main():
     tmax = max(threads_list)
     # The default model first, aggregate decode included, then the other weight types.
     for name, path, wb, _ in models:
-        for t in threads_list:
-            log(f"{name}: pp{PP_TOKENS} + tg{args.tokens}, {t} thread(s)")
-            bench_single(args, invar, name, path, t, exact_cycled, wb, results)
-            checkpoint()
+        log(f"{name}: pp{PP_TOKENS} + tg{args.tokens}, threads " + ", ".join(map(str, threads_list)))
+        bench_single(args, invar, name, path, threads_list, exact_cycled, results)
+        checkpoint()
         if name != "Q4_1":
             continue
         for n in ns:
@@ -601,9 +690,11 @@ def main():
     log("streaming-read bandwidth again ...")
     for t in threads_list:
         bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
+        fma_samples[t] += fma_peak(fma, t, 3)
     bw = {t: median(v) for t, v in bw_samples.items()}
-    rows, goals = summarise(results, models, bw, threads_list, ns)
-    print_table(rows, goals, bw, models)
+    fma_med = {t: median(v) for t, v in fma_samples.items()}
+    rows, goals = summarise(results, models, bw, threads_list, ns, fma_med, macs)
+    print_table(rows, goals, bw, models, fma_med, macs)
     print(f"\n(96 MiB read, fits the last-level cache: "
           + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(cache_bw.items())) + ")")
     load1 = load_average()
@@ -622,6 +713,8 @@ def main():
         "models": [{"name": n, "path": os.path.relpath(p, ROOT), "weight_bytes_per_token": wb, "matmul_types": ty}
                    for n, p, wb, ty in models],
         "stream_read_gbps": {"1GiB_samples": bw_samples, "1GiB_median": bw, "96MiB_median": cache_bw},
+        "fma_peak_gmacs": {"samples": fma_samples, "median": fma_med},
+        "prefill_macs_per_token": macs,
         "results": results, "table": rows, "goals": goals,
     }
     jpath = os.path.join(args.out_dir, f"cpu_{tag}.json")

@@ -85,11 +85,11 @@ def main():
     tests += [(f"agg x{n} {threads[-1]} thr", "agg", threads[-1], n) for n in ns]
     samples = {label: {name: [] for name, *_ in tests} for label, _ in builds}
     for rep in range(args.reps):
-        long_text = exact(cb.PP_TOKENS)[0]
+        long_text, warm_text = exact(cb.PP_TOKENS)[0], exact(cb.PP_TOKENS)[0]
         for name, kind, t, n in tests:
             for label, exe in builds:   # the builds alternate inside each repetition
                 r = cb.invar_rep(exe, cb.DEFAULT_MODEL, t, n, args.tokens, next_short,
-                                 long_text if kind == "pp" else None)
+                                 [long_text] if kind == "pp" else [], warm_text if kind == "pp" else None)
                 v = cb.PP_TOKENS / r["pp_s"] if kind == "pp" else n * args.tokens / r["decode_s"]
                 samples[label][name].append(v)
         cb.log(f"rep {rep + 1}/{args.reps} done")
