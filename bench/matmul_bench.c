@@ -59,7 +59,9 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Random valid weights: n rows of k, quants random, scales moderate. */
+/* Random valid weights: n rows of k, quants random, scales moderate, float types
+ * ordinary numbers (random bytes would give NaNs and subnormals, whose slow paths
+ * would be measured instead of the kernel). */
 static void *make_weights(uint32_t type, int64_t n, int64_t k) {
     const size_t rb = quant_row_bytes(type, k);
     uint8_t *W = malloc(rb * (size_t)n);
@@ -69,6 +71,19 @@ static void *make_weights(uint32_t type, int64_t n, int64_t k) {
         if (type == INVAR_T_F16) {
             for (int64_t i = 0; i < k; i++) {
                 uint16_t h = f32_to_fp16(rndf());
+                memcpy(row + 2 * i, &h, 2);
+            }
+        } else if (type == INVAR_T_F32) {
+            for (int64_t i = 0; i < k; i++) {
+                float f = rndf();
+                memcpy(row + 4 * i, &f, 4);
+            }
+        } else if (type == INVAR_T_BF16) {
+            for (int64_t i = 0; i < k; i++) {
+                float f = rndf();
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                uint16_t h = (uint16_t)(u >> 16);
                 memcpy(row + 2 * i, &h, 2);
             }
         } else if (type == INVAR_T_Q8_0) {
