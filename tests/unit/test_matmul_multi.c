@@ -41,8 +41,12 @@ static void weights_free(weights *W) {
     }
 }
 
-/* Mismatching outputs of cpu_matmul_multi against cpu_matmul, over a sweep of m. */
-static int compare(const weights *W, int64_t k, threadpool *tp) {
+typedef void (*matmul_fn)(threadpool *, const cpu_weight *, const float *, int64_t, int64_t, float *,
+                          int64_t, void *);
+
+/* Mismatching output rows of cpu_matmul_multi against ref (cpu_matmul) per weight, over a
+ * sweep of m. */
+static int compare(const weights *W, int64_t k, threadpool *tp, matmul_fn ref_mm) {
     const int64_t ldx = k + 5, ldy = 64;
     float *x = malloc(sizeof(float) * MAX_M * (size_t)ldx);
     float *ys[NW], *ref = malloc(sizeof(float) * MAX_M * (size_t)ldy);
@@ -64,7 +68,7 @@ static int compare(const weights *W, int64_t k, threadpool *tp) {
             for (int64_t e = 0; e < MAX_M * ldy; e++) ys[i][e] = NAN;
         cpu_matmul_multi(tp, NW, wp, x, m, ldx, ys, ldys, scratch);
         for (int i = 0; i < NW; i++) {
-            cpu_matmul(tp, &W->w[i], x, m, ldx, ref, ldy, scratch);
+            ref_mm(tp, &W->w[i], x, m, ldx, ref, ldy, scratch);
             for (int64_t r = 0; r < m; r++)
                 bad += memcmp(ys[i] + r * ldy, ref + r * ldy, sizeof(float) * (size_t)n_cols[i]) != 0;
         }
@@ -89,7 +93,7 @@ static void test_multi_matches_single(void **state) {
         for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
             assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
             for (int p = 0; p < 2; p++) {
-                const int bad = compare(&W, k, tp[p]);
+                const int bad = compare(&W, k, tp[p], cpu_matmul);
                 if (bad) fail_msg("type %u isa %s threads %d: %d rows differ", ty, cpu_isa_name((cpu_isa)isa), p + 1, bad);
             }
         }
@@ -112,7 +116,25 @@ static void test_mixed_types(void **state) {
         mm_seed(500 + i);
         weights W;
         weights_init(&W, mixes[i], 512);
-        assert_int_equal(compare(&W, 512, tp), 0);
+        assert_int_equal(compare(&W, 512, tp, cpu_matmul), 0);
+        weights_free(&W);
+    }
+    threadpool_destroy(tp);
+}
+
+/* Negative control: against a matmul with another reduction order (split-K by m) the same
+ * comparison finds differences, for every type. */
+static void test_negative_control_detected(void **state) {
+    (void)state;
+    threadpool *tp = threadpool_create(2);
+    for (size_t t = 0; t < MM_N_TYPES; t++) {
+        const uint32_t ty = mm_test_types[t], types[NW] = {ty, ty, ty};
+        mm_seed(900 + ty);
+        weights W;
+        weights_init(&W, types, k_for(ty));
+        const int bad = compare(&W, k_for(ty), tp, cpu_matmul_splitk_by_m);
+        print_message("negative control type %u: %d rows differ\n", ty, bad);
+        assert_true(bad > 0);
         weights_free(&W);
     }
     threadpool_destroy(tp);
@@ -122,6 +144,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_matches_single),
         cmocka_unit_test(test_mixed_types),
+        cmocka_unit_test(test_negative_control_detected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
