@@ -14,7 +14,8 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
 
-#define FCOLS_PER_TASK 32   /* columns of a float matrix per task */
+#define FCOLS_PER_TASK 48   /* columns of a float matrix per task: the AVX-512 tile's 3 groups */
+_Static_assert(FCOLS_PER_TASK % MM_NC == 0, "float tasks cover whole column groups");
 #define QUANT_ROWS_PER_TASK 16
 _Static_assert(QUANT_ROWS_PER_TASK % MM_PR == 0, "quantisation tasks cover whole panels");
 
@@ -45,6 +46,7 @@ size_t mm_rec_bytes(uint32_t type) {
     case INVAR_T_Q8_0: return MM_REC_Q8_0;
     case INVAR_T_Q4_K: return MM_REC_Q4_K;
     case INVAR_T_Q6_K: return MM_REC_Q6_K;
+    case INVAR_T_F32: case INVAR_T_F16: case INVAR_T_BF16: return MM_FREC(type);
     default: return 0;
     }
 }
@@ -152,7 +154,6 @@ int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const vo
     w->data = data;
     w->row_bytes = (size_t)(k / ue) * ub;
     const size_t rb = mm_rec_bytes(type);
-    if (!rb) return 0; /* float types are read in place */
     const int64_t ngroups = (n + MM_NC - 1) / MM_NC, nu = k / ue;
     const size_t bytes = (size_t)ngroups * (size_t)nu * rb;
     /* Large matrices (the output head) on transparent huge pages where the kernel
@@ -166,6 +167,19 @@ int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const vo
         return 1;
     }
     memset(p, 0, bytes); /* padded columns: zero quants and scales */
+    if (!mm_is_quantised(type)) { /* float: for each k, the group's 16 values side by side */
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *row = (const uint8_t *)data + (size_t)j * w->row_bytes;
+            uint8_t *dst = p + (size_t)(j / MM_NC) * (size_t)k * rb + (size_t)(j % MM_NC) * ub;
+            if (ub == 2) /* fixed-size copies: inlined, not a libc call per value */
+                for (int64_t kk = 0; kk < k; kk++) memcpy(dst + (size_t)kk * rb, row + 2 * (size_t)kk, 2);
+            else
+                for (int64_t kk = 0; kk < k; kk++) memcpy(dst + (size_t)kk * rb, row + 4 * (size_t)kk, 4);
+        }
+        w->packed = p;
+        w->packed_bytes = bytes;
+        return 0;
+    }
     for (int64_t g = 0; g < ngroups; g++) {
         const uint8_t *rows[MM_NC];
         int ncols = 0;
@@ -188,13 +202,10 @@ void cpu_weight_free(cpu_weight *w) {
 
 static size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
-/* Float types: row stride of the staged activations (whole 64-byte lines). */
-static int64_t staged_ldx(int64_t k) { return (k + 15) / 16 * 16; }
 
 size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m) {
     if (m <= 0) return 0;
-    if (!mm_is_quantised(w->type))
-        return m >= 2 ? 64 + (size_t)m * (size_t)staged_ldx(w->k) * sizeof(float) : 0;
+    if (!mm_is_quantised(w->type)) return 0;
     const size_t nb = (size_t)(w->k / MM_QK);
     return 64 + align64((size_t)m * (size_t)w->k) + align64((size_t)m * nb * sizeof(float)) +
            align64((size_t)m * nb * 2 * sizeof(int16_t));
@@ -275,29 +286,9 @@ static void run_column_task(const mm_args *a, cpu_isa isa, int64_t t) {
     }
 }
 
-/* Float types: copies activation rows to 64-byte aligned rows whose stride is whole
- * cache lines, so no vector load of x splits a line (the callers' buffers come from
- * malloc). Values are copied, so no result can change. */
-static void stage_rows(const mm_args *a, float *dst, int64_t i0, int64_t i1) {
-    const int64_t ld = staged_ldx(a->w->k);
-    for (int64_t i = i0; i < i1; i++)
-        memcpy(dst + i * ld, a->x + i * a->ldx, (size_t)a->w->k * sizeof(float));
-}
-
-typedef struct {
-    const mm_args *a;
-    float *dst;
-} stage_task;
-
-static void task_stage(void *ctx, int64_t t) {
-    const stage_task *S = ctx;
-    const int64_t i0 = t * QUANT_ROWS_PER_TASK, i1 = i0 + QUANT_ROWS_PER_TASK;
-    stage_rows(S->a, S->dst, i0, i1 < S->a->m ? i1 : S->a->m);
-}
-
-/* Brings a's activations into the form its kernels read, in scratch: quantised rows or
- * panels, or aligned float rows. Row-local, so splitting rows over threads cannot change
- * any bit. */
+/* Brings a's activations into the form the quantised kernels read, in scratch: int8 rows
+ * or panels (float kernels read x as it is). Row-local, so splitting rows over threads
+ * cannot change any bit. */
 static void prepare_activations(threadpool *tp, mm_args *a, cpu_isa isa, void *scratch) {
     const cpu_weight *w = a->w;
     const int64_t m = a->m, row_tasks = (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK;
@@ -307,12 +298,6 @@ static void prepare_activations(threadpool *tp, mm_args *a, cpu_isa isa, void *s
         mm_task T = {a, isa};
         if (m * w->k >= 32768) threadpool_run(tp, task_quantize, &T, row_tasks);
         else quantize_rows(a, isa, 0, m);
-    } else if (m >= 2 && scratch && (((uintptr_t)a->x & 63) || (a->ldx & 15))) {
-        stage_task S = {a, (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-        if (m * w->k >= 32768) threadpool_run(tp, task_stage, &S, row_tasks);
-        else stage_rows(a, S.dst, 0, m);
-        a->x = S.dst;
-        a->ldx = staged_ldx(w->k);
     }
 }
 

@@ -314,56 +314,69 @@ void mm_quantize_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int16_
     }
 }
 
-/* ---- Float weights: 64 FMA lanes over k (8 ymm), fixed tree (matmul_scalar.c). ---- */
+/* ---- Float weights: lane c = column c; one FMA chain over k per output. ----
+ * A tile is R rows x one 16-column group (two ymm halves): per k, the group's 16 packed
+ * weights and one broadcast activation per row. */
+#define FT2_R 4
 
-AI __m256 wload8(uint32_t type, const void *wrow, int64_t kk) {
+AI void fload16(uint32_t type, const uint8_t *p, __m256 *lo, __m256 *hi) {
     switch (type) {
-    case INVAR_T_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wrow + kk)));
-    case INVAR_T_BF16: {
-        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)wrow + kk)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    }
-    default: return _mm256_loadu_ps((const float *)wrow + kk);
+    case INVAR_T_F16:
+        *lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        *hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+        break;
+    case INVAR_T_BF16:
+        *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+        *hi = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), 16));
+        break;
+    default:
+        *lo = _mm256_loadu_ps((const float *)p);
+        *hi = _mm256_loadu_ps((const float *)p + 8);
     }
 }
 
-static float fdot(uint32_t type, const float *x, const void *wrow, int64_t k) {
-    __m256 A[8];
-    UNROLL for (int q = 0; q < 8; q++) A[q] = _mm256_setzero_ps();
-    int64_t kk = 0;
-    for (; kk + MM_FLANES <= k; kk += MM_FLANES)
-        UNROLL for (int q = 0; q < 8; q++)
-            A[q] = _mm256_fmadd_ps(_mm256_loadu_ps(x + kk + 8 * q), wload8(type, wrow, kk + 8 * q), A[q]);
-    if (kk < k) {
-        /* Tail: zero-padded copies, and lanes past k keep their accumulator (blend),
-         * as the scalar loop simply never touches them. */
-        const int64_t left = k - kk;
-        float xt[MM_FLANES] = {0};
-        uint8_t wt[MM_FLANES * 4] = {0};
-        memcpy(xt, x + kk, (size_t)left * sizeof(float));
-        const size_t es = type == INVAR_T_F32 ? 4 : 2;
-        memcpy(wt, (const uint8_t *)wrow + (size_t)kk * es, (size_t)left * es);
-        UNROLL for (int q = 0; q < 8; q++) {
-            const __m256i lane = _mm256_add_epi32(_mm256_set1_epi32(8 * q), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-            const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), lane));
-            __m256 r = _mm256_fmadd_ps(_mm256_loadu_ps(xt + 8 * q), wload8(type, wt, 8 * q), A[q]);
-            A[q] = _mm256_blendv_ps(A[q], r, live);
+AI void ftile2(const mm_args *a, const uint32_t type, int64_t i0, const int R, int64_t g) {
+    const cpu_weight *w = a->w;
+    const int64_t k = w->k, rec = MM_FREC(type);
+    const uint8_t *panel = (const uint8_t *)w->packed + (size_t)g * (size_t)k * (size_t)rec;
+    __m256 lo[FT2_R], hi[FT2_R];
+    UNROLL for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k; kk++) {
+        __m256 wl, wh;
+        fload16(type, panel + kk * rec, &wl, &wh);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256 xb = _mm256_set1_ps(a->x[(i0 + r) * a->ldx + kk]);
+            lo[r] = _mm256_fmadd_ps(xb, wl, lo[r]);
+            hi[r] = _mm256_fmadd_ps(xb, wh, hi[r]);
         }
     }
-    /* A[2v], A[2v+1] are lanes 0-7 / 8-15 of the 16-lane vector v of the scalar tree. */
-    __m256 lo = _mm256_add_ps(_mm256_add_ps(A[0], A[2]), _mm256_add_ps(A[4], A[6]));
-    __m256 hi = _mm256_add_ps(_mm256_add_ps(A[1], A[3]), _mm256_add_ps(A[5], A[7]));
-    __m256 v8 = _mm256_add_ps(lo, hi);
-    __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
-    __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-    __m128 v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
-    return _mm_cvtss_f32(v1);
+    const int64_t nc = w->n - g * MM_NC < MM_NC ? w->n - g * MM_NC : MM_NC;
+    UNROLL for (int r = 0; r < R; r++) {
+        float *y = a->y + (i0 + r) * a->ldy + g * MM_NC;
+        store_cols(y, lo[r], nc < 8 ? nc : 8);
+        if (nc > 8) store_cols(y + 8, hi[r], nc - 8);
+    }
+}
+
+AI void float_groups2(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+        int64_t i0 = 0;
+        for (; i0 + FT2_R <= a->m; i0 += FT2_R) ftile2(a, type, i0, FT2_R, g);
+        switch (a->m - i0) {
+        case 1: ftile2(a, type, i0, 1, g); break;
+        case 2: ftile2(a, type, i0, 2, g); break;
+        case 3: ftile2(a, type, i0, 3, g); break;
+        default: break;
+        }
+    }
 }
 
 void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1) {
-    const cpu_weight *w = a->w;
-    for (int64_t j = j0; j < j1; j++) {
-        const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
-        for (int64_t i = 0; i < a->m; i++) a->y[i * a->ldy + j] = fdot(w->type, a->x + i * a->ldx, wrow, w->k);
+    const int64_t g0 = j0 / MM_NC, g1 = (j1 + MM_NC - 1) / MM_NC;
+    switch (a->w->type) {
+    case INVAR_T_F16: float_groups2(a, INVAR_T_F16, g0, g1); break;
+    case INVAR_T_BF16: float_groups2(a, INVAR_T_BF16, g0, g1); break;
+    default: float_groups2(a, INVAR_T_F32, g0, g1); break;
     }
 }

@@ -441,142 +441,126 @@ void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R,
         }
 }
 
-/* ---- Float weights: 64 FMA lanes over k (4 zmm), fixed tree (matmul_scalar.c). ----
- * A tile is R rows x 1 column: 4R accumulators (R <= 7 fits the 32 registers), each
- * converted weight vector feeds R FMAs whose activation operand comes from memory.
- * The R activation rows are re-read for every column of the task, so R is chosen to
- * keep them in L1 (FR_BYTES). */
+/* ---- Float weights: lane c = column c; one FMA chain over k per output. ----
+ * A tile is R rows x G groups of 16 columns: per k, G weight vectors and one broadcast
+ * activation per row feed R x G FMAs (8 x 3: 24 accumulators). Small batches read the
+ * packed weights directly (F16/BF16 converted per tile: decode is bound by the weight
+ * stream). From FT_CONV_MIN_M rows the task's groups are first converted to float32,
+ * FT_KC values of k at a time, into a stack buffer shared by all its row tiles, so the
+ * conversion (two uops on the FMA ports per vector) is paid once per task; the tiles then
+ * resume their chains from y for each later k chunk (stored and reloaded exactly). Every
+ * path performs the same chain per output, so the choice (by m) changes no bit. */
+#define FT_R 8
+#define FT_G 3
+#define FT_CONV_MIN_M 16
+#define FT_KC 1024
+_Static_assert(FT_G * MM_NC * FT_KC * 4 <= 192 * 1024, "conversion buffer fits the stack comfortably");
 
-#define FRMAX 7
-#define FR_BYTES 30000
-/* Weight stream prefetch distance of the float kernels (bytes; -D to experiment). */
-#ifndef MM_FPF_DIST
-#define MM_FPF_DIST PF_DIST
-#endif
-
-AI __m512 wload(const uint32_t type, const void *wrow, int64_t kk, __mmask16 m) {
+AI __m512 fload(const uint32_t type, const uint8_t *p) {
     switch (type) {
-    case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)wrow + kk));
-    case INVAR_T_BF16: {
-        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)wrow + kk));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    }
-    default: return _mm512_maskz_loadu_ps(m, (const float *)wrow + kk);
+    case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    case INVAR_T_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    default: return _mm512_loadu_ps((const float *)p);
     }
 }
 
-AI __m512 wload_full(const uint32_t type, const void *wrow, int64_t kk) {
-    switch (type) {
-    case INVAR_T_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wrow + kk)));
-    case INVAR_T_BF16: {
-        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)wrow + kk)));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+/* Rows [i0, i0 + R) x groups [g, g + G) over k in [k0, k1). w points at group g's value
+ * of k = k0 (rec bytes per k, gstride bytes between groups); resume: continue the
+ * chains from y (an earlier k chunk) instead of from +0. */
+AI void ftile(const mm_args *a, const uint32_t type, const uint8_t *w, size_t gstride, int64_t k0, int64_t k1,
+              int64_t i0, const int R, int64_t g, const int G, int resume, int prefetch) {
+    const int64_t rec = MM_FREC(type), n = a->w->n;
+    __mmask16 cm[FT_G];
+    UNROLL for (int q = 0; q < G; q++) {
+        const int64_t nc = n - (g + q) * MM_NC;
+        cm[q] = nc >= MM_NC ? 0xFFFF : (__mmask16)((1u << nc) - 1);
     }
-    default: return _mm512_loadu_ps((const float *)wrow + kk);
-    }
-}
-
-/* The lane tree of matmul_scalar.c for 16 columns at once. V[c] holds column c's
- * v = (L0 + L1) + (L2 + L3) (per 16-lane vector); the halving steps
- * v[l] = v[l] + v[l + h], h = 8, 4, 2, 1, are done on vectors that pack two, four,
- * eight and then all sixteen columns side by side, so each add serves several columns:
- * the same adds of the same operands as the scalar tree, 15 vector adds and 31
- * shuffles for 16 columns instead of a horizontal reduction per column. Lane c of the
- * result is column c. */
-AI __m512 tree16(const __m512 *V) {
-    __m512 S[8], T[4], U[2];
-    UNROLL for (int i = 0; i < 8; i++) /* h = 8: halves of columns 2i, 2i+1 */
-        S[i] = _mm512_add_ps(_mm512_shuffle_f32x4(V[2 * i], V[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(V[2 * i], V[2 * i + 1], 0xEE));
-    UNROLL for (int i = 0; i < 4; i++) /* h = 4: quarter q of T[i] is column 4i + q */
-        T[i] = _mm512_add_ps(_mm512_shuffle_f32x4(S[2 * i], S[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(S[2 * i], S[2 * i + 1], 0xDD));
-    UNROLL for (int i = 0; i < 2; i++) /* h = 2: quarter q: columns 8i+q, 8i+4+q (2 lanes each) */
-        U[i] = _mm512_add_ps(_mm512_shuffle_ps(T[2 * i], T[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(T[2 * i], T[2 * i + 1], 0xEE));
-    /* h = 1: lane 4q + s holds column 4s + q */
-    const __m512 Z = _mm512_add_ps(_mm512_shuffle_ps(U[0], U[1], 0x88), _mm512_shuffle_ps(U[0], U[1], 0xDD));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, Z);
-}
-
-/* v[r] = (L0 + L1) + (L2 + L3) of rows r < R against one weight row. */
-AI void fdot_rows(const uint32_t type, const float *x, int64_t ldx, const void *wrow, int64_t k,
-                  const int R, __m512 *v) {
-    __m512 A[FRMAX][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < 4; q++) A[r][q] = _mm512_setzero_ps();
-    int64_t kk = 0;
-    const int wsz = type == INVAR_T_F32 ? 4 : 2;
-    for (; kk + MM_FLANES <= k; kk += MM_FLANES) {
-        /* Weight stream prefetch (see prefetch_rec): decode (R = 1) is bound by it. */
-        for (int o = 0; o < MM_FLANES * wsz; o += 64)
-            _mm_prefetch((const char *)wrow + kk * wsz + MM_FPF_DIST + o, _MM_HINT_T0);
-        UNROLL for (int q = 0; q < 4; q++) {
-            const __m512 W = wload_full(type, wrow, kk + 16 * q);
-            UNROLL for (int r = 0; r < R; r++)
-                A[r][q] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + kk + 16 * q), W, A[r][q]);
-        }
-    }
-    UNROLL for (int q = 0; q < 4; q++) {
-        const int64_t left = k - kk - 16 * q;
-        const __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-        if (!m) continue;
-        const __m512 W = wload(type, wrow, kk + 16 * q, m);
-        UNROLL for (int r = 0; r < R; r++)
-            A[r][q] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + kk + 16 * q), W,
-                                            A[r][q], m);
-    }
-    UNROLL for (int r = 0; r < R; r++)
-        v[r] = _mm512_add_ps(_mm512_add_ps(A[r][0], A[r][1]), _mm512_add_ps(A[r][2], A[r][3]));
-}
-
-/* Columns [j0, j1) for rows [i0, i0 + R), 16 columns at a time (j0 is a multiple of
- * 16): the weight type and R are constants here. */
-AI void float_cols(const mm_args *a, const uint32_t type, int64_t i0, const int R, int64_t j0,
-                   int64_t j1) {
-    const cpu_weight *w = a->w;
+    __m512 acc[FT_R][FT_G];
     const float *x = a->x + i0 * a->ldx;
-    __m512 V[FRMAX][16], v[FRMAX];
-    for (int64_t jg = j0; jg < j1; jg += 16) {
-        const int nc = (int)(j1 - jg < 16 ? j1 - jg : 16);
-        for (int c = 0; c < nc; c++) {
-            fdot_rows(type, x, a->ldx, (const uint8_t *)w->data + (jg + c) * w->row_bytes, w->k, R, v);
-            UNROLL for (int r = 0; r < R; r++) V[r][c] = v[r];
+    float *y = a->y + i0 * a->ldy + g * MM_NC;
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < G; q++)
+        acc[r][q] = resume ? _mm512_maskz_loadu_ps(cm[q], y + r * a->ldy + q * MM_NC) : _mm512_setzero_ps();
+    for (int64_t kk = k0; kk < k1; kk++, w += rec) {
+        __m512 W[FT_G];
+        UNROLL for (int q = 0; q < G; q++) {
+            if (prefetch && ((kk * rec) & 63) == 0) _mm_prefetch((const char *)w + q * gstride + PF_DIST, _MM_HINT_T0);
+            W[q] = fload(type, w + q * gstride);
         }
-        for (int c = nc; c < 16; c++) /* absent columns: defined values, results unused */
-            UNROLL for (int r = 0; r < R; r++) V[r][c] = _mm512_setzero_ps();
-        const __mmask16 cm = (__mmask16)((1u << nc) - 1);
-        UNROLL for (int r = 0; r < R; r++)
-            _mm512_mask_storeu_ps(a->y + (i0 + r) * a->ldy + jg, cm, tree16(V[r]));
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512 xb = _mm512_set1_ps(x[r * a->ldx + kk]);
+            UNROLL for (int q = 0; q < G; q++) acc[r][q] = _mm512_fmadd_ps(xb, W[q], acc[r][q]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int q = 0; q < G; q++)
+        _mm512_mask_storeu_ps(y + r * a->ldy + q * MM_NC, cm[q], acc[r][q]);
+}
+
+/* All rows, tiles of FT_R rows and then the remainder, for groups [g, g + G). */
+AI void ftile_rows(const mm_args *a, const uint32_t type, const uint8_t *w, size_t gstride, int64_t k0, int64_t k1,
+                   int64_t g, const int G, int resume, int prefetch) {
+    int64_t i0 = 0;
+    for (; i0 + FT_R <= a->m; i0 += FT_R) ftile(a, type, w, gstride, k0, k1, i0, FT_R, g, G, resume, prefetch);
+    switch (a->m - i0) {
+    case 1: ftile(a, type, w, gstride, k0, k1, i0, 1, g, G, resume, prefetch); break;
+    case 2: ftile(a, type, w, gstride, k0, k1, i0, 2, g, G, resume, prefetch); break;
+    case 3: ftile(a, type, w, gstride, k0, k1, i0, 3, g, G, resume, prefetch); break;
+    case 4: ftile(a, type, w, gstride, k0, k1, i0, 4, g, G, resume, prefetch); break;
+    case 5: ftile(a, type, w, gstride, k0, k1, i0, 5, g, G, resume, prefetch); break;
+    case 6: ftile(a, type, w, gstride, k0, k1, i0, 6, g, G, resume, prefetch); break;
+    case 7: ftile(a, type, w, gstride, k0, k1, i0, 7, g, G, resume, prefetch); break;
+    default: break;
     }
 }
 
-#define FLOAT_TYPE(NAME, TYPE)                                                            \
-    static void NAME(const mm_args *a, int64_t i0, int R, int64_t j0, int64_t j1) {       \
-        switch (R) {                                                                      \
-        case 1: float_cols(a, TYPE, i0, 1, j0, j1); break;                                \
-        case 2: float_cols(a, TYPE, i0, 2, j0, j1); break;                                \
-        case 3: float_cols(a, TYPE, i0, 3, j0, j1); break;                                \
-        case 4: float_cols(a, TYPE, i0, 4, j0, j1); break;                                \
-        case 5: float_cols(a, TYPE, i0, 5, j0, j1); break;                                \
-        case 6: float_cols(a, TYPE, i0, 6, j0, j1); break;                                \
-        default: float_cols(a, TYPE, i0, 7, j0, j1); break;                               \
-        }                                                                                 \
+/* Groups [g, g + G) straight from the packed weights. */
+AI void float_direct(const mm_args *a, const uint32_t type, int64_t g, const int G) {
+    const size_t gstride = (size_t)a->w->k * (size_t)MM_FREC(type);
+    const uint8_t *w = (const uint8_t *)a->w->packed + (size_t)g * gstride;
+    ftile_rows(a, type, w, gstride, 0, a->w->k, g, G, 0, 1);
+}
+
+/* Groups [g, g + G) through the float32 buffer, FT_KC values of k at a time. */
+AI void float_converted(const mm_args *a, const uint32_t type, int64_t g, const int G) {
+    _Alignas(64) float buf[FT_G * FT_KC * MM_NC];
+    const int64_t k = a->w->k, rec = MM_FREC(type);
+    const size_t gstride = (size_t)k * (size_t)rec, bstride = (size_t)FT_KC * MM_NC * sizeof(float);
+    const uint8_t *src = (const uint8_t *)a->w->packed + (size_t)g * gstride;
+    for (int64_t k0 = 0; k0 < k; k0 += FT_KC) {
+        const int64_t k1 = k0 + FT_KC < k ? k0 + FT_KC : k;
+        for (int q = 0; q < G; q++)
+            for (int64_t kk = k0; kk < k1; kk++)
+                _mm512_store_ps(buf + (q * FT_KC + kk - k0) * MM_NC, fload(type, src + q * gstride + kk * rec));
+        ftile_rows(a, INVAR_T_F32, (const uint8_t *)buf, bstride, k0, k1, g, G, k0 > 0, 0);
+    }
+}
+
+#define FLOAT_GROUPS(NAME, TYPE)                                                           \
+    static void NAME(const mm_args *a, int64_t g, int G, int convert) {                     \
+        if (convert) {                                                                      \
+            if (G == 3) float_converted(a, TYPE, g, 3);                                     \
+            else if (G == 2) float_converted(a, TYPE, g, 2);                                \
+            else float_converted(a, TYPE, g, 1);                                            \
+        } else {                                                                            \
+            if (G == 3) float_direct(a, TYPE, g, 3);                                        \
+            else if (G == 2) float_direct(a, TYPE, g, 2);                                   \
+            else float_direct(a, TYPE, g, 1);                                               \
+        }                                                                                   \
     }
 
-FLOAT_TYPE(float_f16, INVAR_T_F16)
-FLOAT_TYPE(float_bf16, INVAR_T_BF16)
-FLOAT_TYPE(float_f32, INVAR_T_F32)
+FLOAT_GROUPS(float_f16, INVAR_T_F16)
+FLOAT_GROUPS(float_bf16, INVAR_T_BF16)
+FLOAT_GROUPS(float_f32, INVAR_T_F32)
 
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
     const cpu_weight *w = a->w;
-    int64_t fr = FR_BYTES / (4 * w->k);
-    fr = fr < 1 ? 1 : fr > FRMAX ? FRMAX : fr;
-    /* Row blocks outer: the block's x rows stay in L1 across the task's columns. */
-    for (int64_t i0 = 0; i0 < a->m; i0 += fr) {
-        const int R = (int)(a->m - i0 < fr ? a->m - i0 : fr);
-        if (w->type == INVAR_T_F16) float_f16(a, i0, R, j0, j1);
-        else if (w->type == INVAR_T_BF16) float_bf16(a, i0, R, j0, j1);
-        else float_f32(a, i0, R, j0, j1);
+    const int64_t g1 = (j1 + MM_NC - 1) / MM_NC;
+    /* F32 needs no conversion; its buffer copy would only add a pass. */
+    const int convert = w->type != INVAR_T_F32 && a->m >= FT_CONV_MIN_M;
+    for (int64_t g = j0 / MM_NC; g < g1; g += FT_G) {
+        const int G = (int)(g1 - g < FT_G ? g1 - g : FT_G);
+        if (w->type == INVAR_T_F16) float_f16(a, g, G, convert);
+        else if (w->type == INVAR_T_BF16) float_bf16(a, g, G, convert);
+        else float_f32(a, g, G, 0);
     }
 }

@@ -23,6 +23,7 @@
 #define INVAR_MATMUL_INTERNAL_H
 #include <stdint.h>
 
+#include "formats/quant.h"
 #include "kernels/cpu/matmul.h"
 
 #define MM_NC 16 /* columns per packed group = SIMD lanes of int32/float in a zmm */
@@ -97,7 +98,7 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
 void mm_quant_scalar(const mm_args *a, int64_t g0, int64_t g1);
 void mm_quant_avx2(const mm_args *a, int64_t g0, int64_t g1);
 void mm_quant_avx512(const mm_args *a, int64_t g0, int64_t g1);
-/* Columns [j0, j1) for float weight types (F32/F16/BF16). */
+/* Columns [j0, j1) for float weight types (F32/F16/BF16); j0 is a multiple of MM_NC. */
 void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1);
 void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1);
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1);
@@ -109,9 +110,12 @@ void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1);
 float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
                            const float *xd, const int16_t *xs, float acc);
 
-/* Float types: the 64-lane accumulation contract. Lane l accumulates (FMA) the k
- * with k % 64 == l in increasing k; then the lanes are summed by a fixed tree. */
-#define MM_FLANES 64
+/* Float weight types (F32, F16, BF16): y[i][j] is one fused multiply-add chain over k,
+ *     acc = +0; for k = 0 .. K-1: acc = fma(x[i][k], (float)W[j][k], acc)
+ * Weights are packed like the quantised ones, by groups of MM_NC columns: for each k, the
+ * 16 columns' values side by side (native type, MM_FREC bytes per k), so lane c of a
+ * vector is column c and a tile of rows x groups shares every load. */
+#define MM_FREC(type) ((type) == INVAR_T_F32 ? 64 : 32)
 float mm_float_dot_scalar(uint32_t type, const float *x, const void *wrow, int64_t k);
 
 #endif

@@ -12,7 +12,8 @@
  *    order, written out below; the SIMD kernels do the same operations per lane
  *    (lane c = column c, fused where fmaf is written: one rounding, as vfmadd), never
  *    a horizontal float sum, for any number of rows in a block;
- *  - float weight types use 64 FMA lanes over k and a fixed summation tree.
+ *  - float weight types: one fused multiply-add chain over k per output, in k order
+ *    (lane c = column c in the SIMD kernels, as for the quantised types).
  * The build uses -ffp-contract=off and no fast-math, so the compiler keeps these
  * operations as written (fmaf is IEEE fused multiply-add on every ISA, hardware or
  * libm, so it rounds once exactly like vfmadd). Hence all three ISAs give the same bits, for every m. */
@@ -195,16 +196,9 @@ static inline float weight_at(uint32_t type, const void *wrow, int64_t k) {
 }
 
 float mm_float_dot_scalar(uint32_t type, const float *x, const void *wrow, int64_t k) {
-    float L[MM_FLANES];
-    for (int l = 0; l < MM_FLANES; l++) L[l] = 0.0f;
-    for (int64_t kk = 0; kk < k; kk++)
-        L[kk % MM_FLANES] = fmaf(x[kk], weight_at(type, wrow, kk), L[kk % MM_FLANES]);
-    /* Tree: (v0+v1)+(v2+v3) over the four 16-lane vectors, then halve 16->8->4->2->1. */
-    float v[16];
-    for (int l = 0; l < 16; l++) v[l] = (L[l] + L[16 + l]) + (L[32 + l] + L[48 + l]);
-    for (int h = 8; h >= 1; h /= 2)
-        for (int l = 0; l < h; l++) v[l] = v[l] + v[l + h];
-    return v[0];
+    float acc = 0.0f;
+    for (int64_t kk = 0; kk < k; kk++) acc = fmaf(x[kk], weight_at(type, wrow, kk), acc);
+    return acc;
 }
 
 void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1) {
