@@ -27,7 +27,7 @@ static const int64_t extra_m[] = {65, 67, 96, 127, 128, 129, 150, 200, 255, 256,
 static int64_t k_for(uint32_t type) {
     if (mm_block_elems(type) == 256) return 512;
     if (mm_block_elems(type) == 32) return 256;
-    return 200; /* float types: not a multiple of the 64 lanes */
+    return 200; /* float types: any k (the AVX-512 kernel converts k in chunks of 1024) */
 }
 
 typedef struct {

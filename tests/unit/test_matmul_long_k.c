@@ -1,6 +1,7 @@
 /* cpu_matmul invariance at long K (the model's 1536 and beyond), where the AVX-512
- * kernels split K into chunks (quantised types with many rows) or shrink their row
- * tiles (float types): for every ISA and batch sizes across all kernel paths, each
+ * kernels split K into chunks (quantised types with many rows; float types from 16 rows,
+ * whose chains resume from y every 1024 values of k): for every ISA and batch sizes
+ * across all kernel paths, each
  * row's bits must equal that row computed alone, and every ISA must equal scalar.
  * (test_matmul_invariance covers short K with a dense sweep of m.) */
 #include <setjmp.h>
@@ -16,8 +17,8 @@
 #define N_COLS 37
 #define MAX_M 100
 
-static const uint32_t types[] = {INVAR_T_Q4_1, INVAR_T_Q8_0, INVAR_T_Q4_0, INVAR_T_F16};
-static const int64_t ks[] = {1536, 1600};  /* 1600: 50 blocks, a short last chunk */
+static const uint32_t types[] = {INVAR_T_Q4_1, INVAR_T_Q8_0, INVAR_T_Q4_0, INVAR_T_F16, INVAR_T_BF16, INVAR_T_F32};
+static const int64_t ks[] = {1536, 1600, 2112}; /* 1600: 50 blocks, a short last chunk; 2112: 3 float chunks */
 static const int64_t ms[] = {2, 8, 9, 16, 17, 24, 25, 33, 64, 100};
 
 static void check(uint32_t type, int64_t k, threadpool *tp) {
