@@ -15,6 +15,7 @@ bench/results/history_<tag>.json with every sample.
 
   .venv/bin/python bench/history_bench.py --commit f19d3ab --commit HEAD
   .venv/bin/python bench/history_bench.py --binary old=/tmp/invar-old --binary new=build/invar
+  .venv/bin/python bench/history_bench.py --model build-bench/models/smollm2-135m-random.F16.gguf ...
 """
 import argparse
 import datetime
@@ -59,6 +60,9 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--concurrency", default="16,64")
     ap.add_argument("--out-dir", default=os.path.join(cb.ROOT, "bench", "results"))
+    ap.add_argument("--model", default=cb.DEFAULT_MODEL,
+                    help="GGUF file (default: the Q4_1 model; the random Q8_0/F16 files of cpu_bench live in "
+                         "build-bench/models/)")
     ap.add_argument("--tag")
     args = ap.parse_args()
     builds = [build_commit(c) for c in args.commit]
@@ -88,7 +92,7 @@ def main():
         long_text, warm_text = exact(cb.PP_TOKENS)[0], exact(cb.PP_TOKENS)[0]
         for name, kind, t, n in tests:
             for label, exe in builds:   # the builds alternate inside each repetition
-                r = cb.invar_rep(exe, cb.DEFAULT_MODEL, t, n, args.tokens, next_short,
+                r = cb.invar_rep(exe, args.model, t, n, args.tokens, next_short,
                                  [long_text] if kind == "pp" else [], warm_text if kind == "pp" else None)
                 v = cb.PP_TOKENS / r["pp_s"] if kind == "pp" else n * args.tokens / r["decode_s"]
                 samples[label][name].append(v)
@@ -107,7 +111,7 @@ def main():
     path = os.path.join(args.out_dir, f"history_{tag}.json")
     with open(path, "w") as f:
         json.dump({"started": started.isoformat(), "load_average_start": load0, "load_average_end": load_average(),
-                   "machine": machine_info(), "commit": git_commit(), "model": cb.DEFAULT_MODEL,
+                   "machine": machine_info(), "commit": git_commit(), "model": args.model,
                    "settings": vars(args), "builds": [{"label": lb, "binary": exe} for lb, exe in builds],
                    "median_tokens_per_s": med, "samples": samples}, f, indent=1)
     print(f"\nwrote {os.path.relpath(path, cb.ROOT)}")
