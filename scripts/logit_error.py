@@ -167,6 +167,16 @@ def pool(parts: list[dict]) -> dict:
             "top1": sum(p["top1_same"] for p in parts) / n_pos}
 
 
+def kl_ratio_ci(a: list[dict], b: list[dict], n_boot: int = 2000) -> list[float]:
+    """90% bootstrap interval of pooled-KL(a) / pooled-KL(b), resampling whole sequences
+    (positions inside one sequence are not independent)."""
+    ka = np.array([p["kl_sum"] for p in a])
+    kb = np.array([p["kl_sum"] for p in b])
+    idx = np.random.default_rng(0).integers(0, len(ka), size=(n_boot, len(ka)))
+    ratios = ka[idx].sum(axis=1) / kb[idx].sum(axis=1)
+    return [float(np.percentile(ratios, 5)), float(np.percentile(ratios, 95))]
+
+
 def _git(*args) -> str:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
                           text=True).stdout.strip()
@@ -232,6 +242,7 @@ def main(argv=None) -> int:
             # (the chat template's system prompt is the same in every sequence).
             parts_reply[f"{x}_vs_{y}"].append(
                 error_sums(lg[x][n_prompt - 1:], lg[y][n_prompt - 1:]))
+            row[f"{x}_vs_{y}_reply"] = pool(parts_reply[f"{x}_vs_{y}"][-1:])
         per_seq.append(row)
     llama.close()
     os.remove(invar)
@@ -242,6 +253,11 @@ def main(argv=None) -> int:
         r["invar_vs_ref"]["rms_centred"] < r["llama_vs_ref"]["rms_centred"] for r in per_seq)
     overall["invar_lower_kl_sequences"] = sum(
         r["invar_vs_ref"]["kl"] < r["llama_vs_ref"]["kl"] for r in per_seq)
+    reply["invar_lower_kl_sequences"] = sum(
+        a["kl_sum"] < b["kl_sum"] for a, b in zip(parts_reply["invar_vs_ref"],
+                                                  parts_reply["llama_vs_ref"]))
+    reply["kl_ratio_invar_over_llama_ci90"] = kl_ratio_ci(parts_reply["invar_vs_ref"],
+                                                         parts_reply["llama_vs_ref"])
 
     import llama_cpp
     result = {
@@ -274,7 +290,12 @@ def main(argv=None) -> int:
             print(f"  {k:16} {o['rms_raw']:8.4f} {o['rms_centred']:8.4f} {o['rms_pw']:8.4f} "
                   f"{o['max_abs']:8.4f} {o['kl']:9.2e} {o['kl_max']:9.2e} {o['top1']:6.3f}")
     print(f"invar has the lower centred RMS on {overall['invar_lower_rms_centred_sequences']}"
-          f"/{len(seqs)} sequences, lower KL on {overall['invar_lower_kl_sequences']}/{len(seqs)}")
+          f"/{len(seqs)} sequences, lower KL on {overall['invar_lower_kl_sequences']}/{len(seqs)}"
+          f" (all positions; the shared system prompt counts in every one)")
+    lo, hi = reply["kl_ratio_invar_over_llama_ci90"]
+    print(f"reply positions: invar lower KL on {reply['invar_lower_kl_sequences']}/{len(seqs)}"
+          f" sequences; KL ratio invar/llama {reply['invar_vs_ref']['kl'] / reply['llama_vs_ref']['kl']:.2f}"
+          f" (90% bootstrap over sequences {lo:.2f}-{hi:.2f})")
     print(f"seconds: {result['seconds']}  -> {out_path}")
     return 0
 
