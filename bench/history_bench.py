@@ -70,7 +70,7 @@ def main():
     if len(builds) < 1:
         sys.exit("give --commit or --binary at least once")
     threads = sorted(int(t) for t in args.threads.split(","))
-    ns = [int(n) for n in args.concurrency.split(",")]
+    ns = [int(n) for n in args.concurrency.split(",") if n]   # --concurrency "": no aggregate runs
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = load_average()
     exact = cb.make_prompts(builds[0][1], cb.DEFAULT_MODEL, 99)
