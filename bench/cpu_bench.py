@@ -611,6 +611,7 @@ def main():
                     help="time invar's first 512-token prefill of the process (no long warm-up)")
     ap.add_argument("--skip-llama", action="store_true", help="measure invar only")
     ap.add_argument("--skip-random", action="store_true", help="only the default Q4_1 model")
+    ap.add_argument("--models", help="comma-separated subset of Q4_1,Q8_0,F16 (default: all)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tag", help="file name suffix (default: UTC date and time)")
     ap.add_argument("--replot", metavar="JSON", help="only redraw the PNG of a saved result file")
@@ -634,7 +635,9 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     load0 = load_average()
     commit = git_commit()   # now: the shared tree may move on during the run
-    models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random)]
+    chosen = set(args.models.split(",")) if args.models else None
+    models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random)
+              if chosen is None or n in chosen]
     stream, fma = build_probe("stream_read"), build_probe("fma_peak")
     macs = {n: prefill_macs_per_token(p) for n, p, _, _ in models}
     exact = make_prompts(invar, DEFAULT_MODEL, 1234)
