@@ -406,13 +406,7 @@ void cpu_matmul_splitk_by_m(threadpool *tp, const cpu_weight *w, const float *x,
                             int64_t ldx, float *y, int64_t ldy, void *scratch) {
     if (m <= 0) return;
     mm_args a;
-    memset(&a, 0, sizeof a);
-    a.w = w;
-    a.m = m;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
+    init_args(&a, w, x, m, ldx, y, ldy);
     if (mm_is_quantised(w->type)) {
         a.xq = carve_xq(w, m, scratch);
         quantize_rows(&a, CPU_ISA_SCALAR, 0, m);
