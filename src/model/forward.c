@@ -108,8 +108,8 @@ void fwd_state_free(fwd_state *s) {
  *
  * Row tasks start only where a token begins a KV block or a new sequence: the K cache is
  * stored transposed ([head_dim][16] per block), so two threads storing tokens of one
- * block would write the same cache lines (false sharing tripled the store's cost at
- * two threads). Tasks hold ROWS_PER_TASK to 2 x ROWS_PER_TASK - 1 tokens. */
+ * block would write the same cache lines (false sharing made the store ten times as
+ * costly in CPU time at two threads). Tasks hold ROWS_PER_TASK to 2 x ROWS_PER_TASK - 1 tokens. */
 #define ROWS_PER_TASK KV_BLOCK
 #define ROWS_PARALLEL_MIN 32
 

@@ -337,11 +337,11 @@ void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const 
                       int64_t ldx, float *const *y, const int64_t *ldy, void *scratch) {
     if (m <= 0 || nw <= 0) return;
     /* The activations are prepared once only for weights that read them in the same form. */
-    for (int i = 1; i < nw; i++) {
-        if (w[i]->type != w[0]->type || w[i]->k != w[0]->k || nw > CPU_MATMUL_MAX_MULTI) {
-            for (int j = 0; j < nw; j++) cpu_matmul_multi(tp, 1, &w[j], x, m, ldx, &y[j], &ldy[j], scratch);
-            return;
-        }
+    int shared = nw <= CPU_MATMUL_MAX_MULTI;
+    for (int i = 1; i < nw && shared; i++) shared = w[i]->type == w[0]->type && w[i]->k == w[0]->k;
+    if (!shared) {
+        for (int j = 0; j < nw; j++) cpu_matmul_multi(tp, 1, &w[j], x, m, ldx, &y[j], &ldy[j], scratch);
+        return;
     }
     const cpu_isa isa = cpu_isa_active();
     mm_args a[CPU_MATMUL_MAX_MULTI];

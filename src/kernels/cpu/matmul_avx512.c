@@ -550,17 +550,22 @@ AI void float_converted(const mm_args *a, const uint32_t type, int64_t g, const 
 
 FLOAT_GROUPS(float_f16, INVAR_T_F16)
 FLOAT_GROUPS(float_bf16, INVAR_T_BF16)
-FLOAT_GROUPS(float_f32, INVAR_T_F32)
+
+/* F32 needs no conversion; a buffer copy would only add a pass. */
+static void float_f32(const mm_args *a, int64_t g, int G) {
+    if (G == 3) float_direct(a, INVAR_T_F32, g, 3);
+    else if (G == 2) float_direct(a, INVAR_T_F32, g, 2);
+    else float_direct(a, INVAR_T_F32, g, 1);
+}
 
 void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
     const cpu_weight *w = a->w;
     const int64_t g1 = (j1 + MM_NC - 1) / MM_NC;
-    /* F32 needs no conversion; its buffer copy would only add a pass. */
-    const int convert = w->type != INVAR_T_F32 && a->m >= FT_CONV_MIN_M;
+    const int convert = a->m >= FT_CONV_MIN_M;
     for (int64_t g = j0 / MM_NC; g < g1; g += FT_G) {
         const int G = (int)(g1 - g < FT_G ? g1 - g : FT_G);
         if (w->type == INVAR_T_F16) float_f16(a, g, G, convert);
         else if (w->type == INVAR_T_BF16) float_bf16(a, g, G, convert);
-        else float_f32(a, g, G, 0);
+        else float_f32(a, g, G);
     }
 }
