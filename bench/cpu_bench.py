@@ -43,6 +43,7 @@ import time
 
 import numpy as np
 
+import llama_ctx
 from bench_common import git_commit, load_average, machine_info, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -239,43 +240,18 @@ def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompts, lon
 
 # ----------------------------------------------------------------------------- llama.cpp
 
-_QUIET = []
-
-
-def _quiet_log(L):
-    """A no-op llama.cpp log callback (kept alive for the life of the process)."""
-    if not _QUIET:
-        _QUIET.append(L.llama_log_callback(lambda level, text, user: None))
-    return _QUIET[0]
-
-
 class LlamaRunner:
-    """llama.cpp through llama-cpp-python's low-level bindings: a context with n_seq
-    sequences, each in its own KV stream (kv_unified off, as llama-batched-bench does)."""
+    """llama.cpp with a context of n_seq sequences, each in its own KV stream (kv_unified
+    off, as llama-batched-bench does)."""
 
     def __init__(self, path, threads, n_seq, n_ctx_seq, kv_unified=False):
-        import llama_cpp as L
-        self.L = L
-        L.llama_log_set(_quiet_log(L), ctypes.c_void_p(0))
-        L.llama_backend_init()
-        mp = L.llama_model_default_params()
-        self.model = L.llama_model_load_from_file(path.encode(), mp)
-        if not self.model:
-            raise RuntimeError(f"llama.cpp cannot load {path}")
-        cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx_seq * n_seq
-        cp.n_batch = cp.n_ubatch = max(PP_TOKENS, n_seq)
-        cp.n_seq_max = n_seq
-        cp.n_threads = cp.n_threads_batch = threads
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.kv_unified = kv_unified
-        cp.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cp)
-        if not self.ctx:
-            raise RuntimeError("llama.cpp context creation failed")
-        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.L, self.model = llama_ctx.load_model(path)
+        n_batch = max(PP_TOKENS, n_seq)
+        self.ctx = llama_ctx.new_context(self.L, self.model, threads, n_ctx_seq * n_seq, n_batch, n_seq,
+                                         kv_unified)
+        self.n_vocab = llama_ctx.n_vocab(self.L, self.model)
         self.n_seq = n_seq
-        self.batch = L.llama_batch_init(max(PP_TOKENS, n_seq), 0, n_seq)
+        self.batch = self.L.llama_batch_init(n_batch, 0, n_seq)
 
     def close(self):
         L = self.L
@@ -284,14 +260,7 @@ class LlamaRunner:
         L.llama_model_free(self.model)
 
     def _fill(self, entries):
-        b = self.batch
-        for i, (tok, pos, seq, want) in enumerate(entries):
-            b.token[i] = tok
-            b.pos[i] = pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = 1 if want else 0
-        b.n_tokens = len(entries)
+        llama_ctx.fill_batch(self.batch, entries)
 
     def _decode_argmax(self, n_out):
         if self.L.llama_decode(self.ctx, self.batch) != 0:

@@ -41,6 +41,7 @@ import time
 
 import numpy as np
 
+import llama_ctx
 from bench_common import git_commit, load_average, machine_info, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,24 +166,13 @@ def run_invar(args, reqs, conc):
 
 # ----------------------------------------------------------------------------- llama.cpp
 
-_QUIET = []
-
-
 class LlamaServer:
     """Continuous batching over llama.cpp's low-level API, one slot per parallel sequence."""
 
     def __init__(self, model, threads):
-        import llama_cpp as L
-        self.L = L
-        if not _QUIET:   # a no-op log callback, kept alive for the process
-            _QUIET.append(L.llama_log_callback(lambda level, text, user: None))
-        L.llama_log_set(_QUIET[0], ctypes.c_void_p(0))
-        L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
-        if not self.model:
-            raise RuntimeError(f"llama.cpp cannot load {model}")
-        self.vocab = L.llama_model_get_vocab(self.model)
-        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self.L, self.model = llama_ctx.load_model(model)
+        self.vocab = self.L.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_ctx.n_vocab(self.L, self.model)
         self.threads = threads
 
     def tokenize(self, text):
@@ -201,17 +191,8 @@ class LlamaServer:
         those finished within cap_s seconds (llama.cpp's spinning worker threads can crawl
         on an oversubscribed machine)."""
         L = self.L
-        cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx_seq * conc
-        cp.n_batch = cp.n_ubatch = N_BATCH
-        cp.n_seq_max = conc
-        cp.n_threads = cp.n_threads_batch = self.threads
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.kv_unified = False   # one KV stream per slot, as llama-server with -np
-        cp.no_perf = True
-        ctx = L.llama_init_from_model(self.model, cp)
-        if not ctx:
-            raise RuntimeError("llama.cpp context creation failed")
+        # one KV stream per slot, as llama-server with -np
+        ctx = llama_ctx.new_context(L, self.model, self.threads, n_ctx_seq * conc, N_BATCH, conc)
         mem = L.llama_get_memory(ctx)
         batch = L.llama_batch_init(N_BATCH, 0, 1)
         try:
@@ -226,13 +207,7 @@ class LlamaServer:
 
     @staticmethod
     def _fill(batch, entries):
-        for i, (tok, pos, seq, want) in enumerate(entries):
-            batch.token[i] = tok
-            batch.pos[i] = pos
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
-            batch.logits[i] = 1 if want else 0
-        batch.n_tokens = len(entries)
+        llama_ctx.fill_batch(batch, entries)
 
     def _decode(self, ctx, batch, n_out):
         if self.L.llama_decode(ctx, batch) != 0:

@@ -54,10 +54,12 @@ import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "bench"))
+import llama_ctx  # noqa: E402  (the llama.cpp set-up the benchmarks use)
 import reference_forward as rf  # noqa: E402
 
 DEFAULT_MODEL = str(REPO / "models/SmolLM2-135M-Instruct.Q4_1.gguf")
-DEFAULT_INVAR = "/work/main/build/invar"
+DEFAULT_INVAR = str(REPO / "build/invar")
 
 
 def load_sequences(model: str, invar: str, prompts: str, n_prompts: int, n_gen: int):
@@ -89,37 +91,18 @@ class LlamaLogits:
     """A llama.cpp context that returns the logits of every position of a sequence."""
 
     def __init__(self, model: str, threads: int, n_ctx: int):
-        import llama_cpp as L
-        self.L = L
-        self._log = L.llama_log_callback(lambda level, text, user: None)  # keep alive
-        L.llama_log_set(self._log, ctypes.c_void_p(0))
-        L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
-        if not self.model:
-            raise RuntimeError(f"llama.cpp cannot load {model}")
-        cp = L.llama_context_default_params()
-        cp.n_ctx = cp.n_batch = cp.n_ubatch = n_ctx
-        cp.n_seq_max = 1
-        cp.n_threads = cp.n_threads_batch = threads
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cp)
-        if not self.ctx:
-            raise RuntimeError("llama.cpp context creation failed")
-        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.L, self.model = llama_ctx.load_model(model)
+        self.ctx = llama_ctx.new_context(self.L, self.model, threads, n_ctx, n_ctx, 1)
+        self.n_vocab = llama_ctx.n_vocab(self.L, self.model)
         self.n_ctx = n_ctx
-        self.batch = L.llama_batch_init(n_ctx, 0, 1)
+        self.batch = self.L.llama_batch_init(n_ctx, 0, 1)
 
     def __call__(self, ids) -> np.ndarray:
         L, b = self.L, self.batch
         if len(ids) > self.n_ctx:
             raise ValueError("sequence longer than the llama.cpp context")
         L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
-        for i, t in enumerate(ids):
-            b.token[i], b.pos[i], b.n_seq_id[i] = t, i, 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = 1
-        b.n_tokens = len(ids)
+        llama_ctx.fill_batch(b, [(t, i, 0, True) for i, t in enumerate(ids)])
         if L.llama_decode(self.ctx, b) != 0:
             raise RuntimeError("llama_decode failed")
         p = ctypes.cast(L.llama_get_logits(self.ctx), ctypes.POINTER(ctypes.c_float))
