@@ -26,6 +26,10 @@ target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include
   PRIVATE ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
 target_link_libraries(invar_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
 
+# The engine's CUDA backend (host C in src/backend) drives these kernels.
+target_compile_definitions(invar_backend PRIVATE INVAR_HAVE_CUDA=1)
+target_link_libraries(invar_backend PUBLIC invar_cuda)
+
 # Device tests: plain C host programs; registered with ctest, skipped without a device.
 file(GLOB INVAR_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.c)
 file(GLOB INVAR_CUDA_TEST_COMMON CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/cuda_test_util.c)

@@ -67,6 +67,10 @@ typedef struct {
 void invar_sampling_default(invar_sampling *s);
 
 /* ---- engine --------------------------------------------------------------------- */
+/* Where the forward pass runs. CUDA: an sm_90 GPU (H100/H200); weights go to the device as
+ * bf16 (quantised GGUF types are dequantised at load), KV cache and sampling stay there. */
+typedef enum { INVAR_DEVICE_CPU = 0, INVAR_DEVICE_CUDA = 1 } invar_device;
+
 typedef struct {
     int32_t n_threads;          /* 0 = number of online CPUs */
     int32_t max_batch;          /* sequences per step (default 16) */
@@ -75,6 +79,10 @@ typedef struct {
     int64_t kv_mem_mb;          /* KV-cache memory budget (default 1024) */
     int64_t kv_blocks;          /* if > 0: exactly this many 16-token KV blocks (overrides kv_mem_mb) */
     bool no_prefix_cache;       /* turn the prefix cache off */
+    invar_device device;        /* default INVAR_DEVICE_CPU */
+    int32_t cuda_device;        /* GPU ordinal for INVAR_DEVICE_CUDA */
+    bool cuda_gemm_cublas;      /* CUDA: cuBLAS GEMMs, faster but NOT batch-invariant (for
+                                   measuring the cost of invariance; never for real use) */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 
@@ -133,6 +141,14 @@ typedef struct {
     int64_t tokens_computed, tokens_generated;
 } invar_engine_stats;
 void invar_engine_get_stats(invar_engine *e, invar_engine_stats *out);
+
+/* invar_score and invar_model_logits through the engine's own backend (its device): the
+ * same bits as the tokens and logprobs the engine samples on that device. Each call runs
+ * one sequence on KV storage of its own (outside kv_mem_mb), under the engine's lock. */
+int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
+                       int64_t n_cont, float *logprobs, char *err, size_t errlen);
+int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out,
+                        char *err, size_t errlen);
 
 /* Result so far of a request (finish == NONE while running); 0, or -1 for an unknown id. */
 int invar_engine_result(invar_engine *e, int64_t request_id, invar_result *out);

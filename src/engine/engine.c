@@ -15,13 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../backend/backend.h"
 #include "../kernels/cpu/attention.h"
-#include "../model/forward.h"
+#include "../sampling/sampler.h"
 #include "block_pool.h"
 #include "engine_internal.h"
 #include "engine_testing.h"
 #include "invar.h"
-#include "sampler.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
 
@@ -48,13 +48,10 @@ struct invar_engine {
     pthread_mutex_t lock;       /* recursive: callbacks may call back in */
     invar_model *im;
     invar_engine_config cfg;
-    threadpool *tp;
-    kv_storage kv;
+    backend *be;                /* the device: weights, forward pass, logits, sampling */
+    backend_kv *kv;             /* its paged KV storage, indexed by the block pool's ids */
     block_pool pool;
-    fwd_state *fwd;
-    float *logits;
-    int32_t *work_idx;          /* sampler work space, one vocab-sized slot per thread */
-    float *work_p;
+    sample_row *rows;           /* per logits row of a step: parameters and position */
     invar_token_info *infos;    /* per logits row of a step */
     request **reqs;             /* by id; NULL once released */
     int64_t n_reqs, cap_reqs;
@@ -74,7 +71,8 @@ struct invar_engine {
 
 void invar_engine_config_default(invar_engine_config *c) {
     *c = (invar_engine_config){.n_threads = 0, .max_batch = 16, .max_batch_tokens = 512, .n_ctx = 0,
-                               .kv_mem_mb = 1024, .kv_blocks = 0, .no_prefix_cache = false};
+                               .kv_mem_mb = 1024, .kv_blocks = 0, .no_prefix_cache = false,
+                               .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false};
 }
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); invar_engine_free(e); return -1; } while (0)
@@ -101,19 +99,22 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
     e->im = im;
     e->cfg = cfg;
+    /* Logits rows: a step's sequences, or a scoring chunk (invar_engine_score). */
+    int64_t max_logits = cfg.max_batch > ENGINE_SCORE_CHUNK ? cfg.max_batch : ENGINE_SCORE_CHUNK;
+    if (max_logits > cfg.max_batch_tokens) max_logits = cfg.max_batch_tokens;
+    backend_opts bo = {.n_threads = cfg.n_threads, .max_tokens = cfg.max_batch_tokens, .max_logits = max_logits,
+                       .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas};
+    char berr[200];
+    if (backend_create(cfg.device, im->m, &bo, &e->be, berr, sizeof berr)) FAIL("%s", berr);
     int64_t n_blocks = cfg.kv_blocks > 0
                            ? cfg.kv_blocks
-                           : (int64_t)((size_t)cfg.kv_mem_mb * 1024 * 1024 / kv_bytes_per_block(&m->cfg));
+                           : (int64_t)((size_t)cfg.kv_mem_mb * 1024 * 1024 / e->be->ops->kv_bytes_per_block(e->be));
     if (n_blocks < 1) FAIL("KV budget of %lld MiB holds no block", (long long)cfg.kv_mem_mb);
     if (n_blocks > INT32_MAX) FAIL("KV budget too large");
-    if (kv_storage_init(&e->kv, &m->cfg, n_blocks)) FAIL("cannot allocate %lld KV blocks", (long long)n_blocks);
+    if (e->be->ops->kv_create(e->be, n_blocks, &e->kv)) FAIL("%s", e->be->error);
     if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
-    e->tp = threadpool_create(cfg.n_threads);
-    e->fwd = fwd_state_create(m, cfg.max_batch_tokens, cfg.max_batch);
-    size_t V = (size_t)m->cfg.n_vocab, T = (size_t)cfg.max_batch_tokens;
-    e->logits = malloc(sizeof(float) * V * (size_t)cfg.max_batch);
-    e->work_idx = malloc(sizeof(int32_t) * V * (size_t)cfg.n_threads);
-    e->work_p = malloc(sizeof(float) * V * (size_t)cfg.n_threads);
+    size_t T = (size_t)cfg.max_batch_tokens;
+    e->rows = malloc(sizeof(sample_row) * (size_t)cfg.max_batch);
     e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
     e->b_tokens = malloc(sizeof(int32_t) * T);
@@ -121,7 +122,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->b_tables = malloc(sizeof(*e->b_tables) * T);
     e->b_logit_rows = malloc(sizeof(int32_t) * (size_t)cfg.max_batch);
     e->b_logit_req = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
-    if (!e->tp || !e->fwd || !e->logits || !e->work_idx || !e->work_p || !e->infos || !e->running || !e->b_tokens ||
+    if (!e->rows || !e->infos || !e->running || !e->b_tokens ||
         !e->b_pos || !e->b_tables || !e->b_logit_rows || !e->b_logit_req)
         FAIL("out of memory");
     *out = e;
@@ -142,13 +143,10 @@ void invar_engine_free(invar_engine *e) {
     if (!e) return;
     for (int64_t i = 0; i < e->n_reqs; i++) request_free(e->reqs[i]);
     free(e->reqs);
-    threadpool_destroy(e->tp);
-    kv_storage_free(&e->kv);
+    if (e->be) e->be->ops->kv_destroy(e->be, e->kv);
+    backend_destroy(e->be);
     block_pool_free(&e->pool);
-    fwd_state_free(e->fwd);
-    free(e->logits);
-    free(e->work_idx);
-    free(e->work_p);
+    free(e->rows);
     free(e->infos);
     free(e->running);
     free(e->b_tokens);
@@ -383,32 +381,15 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     if (e->cb) e->cb(e->cb_user, r->id, info);
 }
 
-/* Samples every logits row of a step into e->infos. A row's token depends only on that
- * row, its request's parameters and position, so the rows can be spread over the pool:
- * task `slot` (one per thread at most) takes rows in turn and uses work space `slot`.
- * Callbacks run afterwards, in row order, on the calling thread (emit). */
-typedef struct {
-    invar_engine *e;
-    int64_t n_rows;
-    _Atomic int64_t next;
-} sample_ctx;
-
-static void sample_task(void *p, int64_t slot) {
-    sample_ctx *c = p;
-    invar_engine *e = c->e;
-    const int64_t V = e->im->m->cfg.n_vocab;
-    for (int64_t i; (i = atomic_fetch_add(&c->next, 1)) < c->n_rows;) {
+/* Samples every logits row of a step into e->infos (rows of requests cancelled meanwhile
+ * are sampled too and ignored: a row's result depends on nothing but that row). Callbacks
+ * run afterwards, in row order, on the calling thread (emit). */
+static int sample_rows(invar_engine *e, int64_t n_rows) {
+    for (int64_t i = 0; i < n_rows; i++) {
         const request *r = e->reqs[e->b_logit_req[i]];
-        if (!r || r->state != REQ_RUNNING) continue;
-        sampler_choose(e->logits + i * V, V, &r->samp, r->n_seq, &e->infos[i], e->work_idx + slot * V,
-                       e->work_p + slot * V);
+        e->rows[i] = (sample_row){&r->samp, r->n_seq};
     }
-}
-
-static void sample_rows(invar_engine *e, int64_t n_rows) {
-    sample_ctx c = {e, n_rows, 0};
-    const int64_t slots = threadpool_size(e->tp);
-    threadpool_run(e->tp, sample_task, &c, n_rows < slots ? n_rows : slots);
+    return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
 
 static int step_locked(invar_engine *e) {
@@ -435,13 +416,12 @@ static int step_locked(invar_engine *e) {
         }
     if (T > 0) {
         fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_logits, e->b_logit_rows};
-        if (model_forward(e->im->m, e->fwd, e->tp, &e->kv, &b, e->logits)) {
-            snprintf(e->error, sizeof e->error, "forward pass rejected its batch");
+        if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_logits)) {
+            snprintf(e->error, sizeof e->error, "%s", e->be->error);
             return -1;
         }
         e->tokens_computed += T;
         for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, e->reqs[e->running[i]]);
-        sample_rows(e, n_logits);
         for (int64_t i = 0; i < n_logits; i++) {
             request *r = e->reqs[e->b_logit_req[i]];
             if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
@@ -498,4 +478,20 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
     pthread_mutex_unlock(&e->lock);
 }
 
-void invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { fwd_state_set_matmul(e->fwd, fn); }
+int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { return backend_cpu_set_matmul(e->be, fn); }
+
+int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
+                       int64_t n_cont, float *logprobs, char *err, size_t errlen) {
+    pthread_mutex_lock(&e->lock);
+    int rc = sequence_score(e->be, prompt, n_prompt, cont, n_cont, logprobs, err, errlen);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out, char *err,
+                        size_t errlen) {
+    pthread_mutex_lock(&e->lock);
+    int rc = sequence_logits(e->be, tokens, n, chunk, 0, out, err, errlen);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}

@@ -1,104 +1,169 @@
-/* Logits of every position of one sequence: the reference-test and scoring path. */
+/* Logits of every position of one sequence: the reference-test and scoring path, on any
+ * backend. It runs the same forward as the engine, so its bits are the engine's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kernels/cpu/attention.h"
-#include "../kernels/cpu/rowops.h"
-#include "../model/forward.h"
 #include "engine_internal.h"
 #include "engine_testing.h"
 #include "invar.h"
 
-/* Forward of one sequence in chunks; writes the logits of positions first..n-1. */
-static int sequence_forward(const invar_model *im, const int32_t *tokens, int64_t n, int64_t chunk,
-                            int32_t n_threads, int64_t first, float *out, matmul_fn mm, char *err,
-                            size_t errlen) {
-    const model *m = im->m;
+typedef struct {
+    int32_t *table, *pos, *rows;
+    const int32_t **tables;
+} chunk_bufs;
+
+static void bufs_free(chunk_bufs *c) {
+    free(c->table);
+    free(c->pos);
+    free(c->rows);
+    free(c->tables);
+}
+
+int sequence_logits(backend *be, const int32_t *tokens, int64_t n, int64_t chunk, int64_t first, float *out,
+                    char *err, size_t errlen) {
+    const model *m = be->m;
     if (n <= 0 || n > m->rope_len) {
         snprintf(err, errlen, "sequence of %lld tokens outside [1, %lld]", (long long)n, (long long)m->rope_len);
         return -1;
     }
+    const int64_t cap = be->opts.max_tokens < be->opts.max_logits ? be->opts.max_tokens : be->opts.max_logits;
     if (chunk <= 0 || chunk > n) chunk = n;
-    int64_t n_blocks = (n + KV_BLOCK - 1) / KV_BLOCK;
-    kv_storage kv;
-    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)chunk);
-    const int32_t **tables = malloc(sizeof(*tables) * (size_t)chunk);
-    threadpool *tp = threadpool_create(n_threads > 0 ? n_threads : 1);
-    fwd_state *fs = fwd_state_create(m, chunk, chunk);
-    int kv_ok = kv_storage_init(&kv, &m->cfg, n_blocks) == 0;
-    int rc = 0;
-    if (fs && mm) fwd_state_set_matmul(fs, mm);
-    if (!table || !pos || !rows || !tables || !tp || !fs || !kv_ok) {
+    if (chunk > cap) chunk = cap;
+    const int64_t n_blocks = (n + KV_BLOCK - 1) / KV_BLOCK;
+    chunk_bufs c = {malloc(sizeof(int32_t) * (size_t)n_blocks), malloc(sizeof(int32_t) * (size_t)chunk),
+                    malloc(sizeof(int32_t) * (size_t)chunk), malloc(sizeof(int32_t *) * (size_t)chunk)};
+    backend_kv *kv = NULL;
+    if (!c.table || !c.pos || !c.rows || !c.tables) {
+        bufs_free(&c);
         snprintf(err, errlen, "out of memory");
-        rc = -1;
+        return -1;
     }
-    for (int64_t b = 0; rc == 0 && b < n_blocks; b++) table[b] = (int32_t)b;
+    if (be->ops->kv_create(be, n_blocks, &kv)) {
+        bufs_free(&c);
+        snprintf(err, errlen, "%s", be->error);
+        return -1;
+    }
+    for (int64_t b = 0; b < n_blocks; b++) c.table[b] = (int32_t)b;
+    int rc = 0;
     for (int64_t s0 = 0; rc == 0 && s0 < n; s0 += chunk) {
         int64_t len = n - s0 < chunk ? n - s0 : chunk;
         int64_t n_rows = 0;
         for (int64_t t = 0; t < len; t++) {
-            pos[t] = (int32_t)(s0 + t);
-            tables[t] = table;
-            if (s0 + t >= first) rows[n_rows++] = (int32_t)t;
+            c.pos[t] = (int32_t)(s0 + t);
+            c.tables[t] = c.table;
+            if (s0 + t >= first) c.rows[n_rows++] = (int32_t)t;
         }
         int64_t out_row = n_rows ? s0 + len - n_rows - first : 0; /* first wanted row of this chunk */
-        fwd_batch batch = {len, tokens + s0, pos, tables, n_rows, rows};
-        if (model_forward(m, fs, tp, &kv, &batch, out + out_row * m->cfg.n_vocab)) {
-            snprintf(err, errlen, "invalid token id in the sequence");
+        fwd_batch batch = {len, tokens + s0, c.pos, c.tables, n_rows, c.rows};
+        if (be->ops->forward(be, kv, &batch) ||
+            (n_rows && be->ops->read_logits(be, n_rows, out + out_row * m->cfg.n_vocab))) {
+            snprintf(err, errlen, "%s", be->error);
             rc = -1;
         }
     }
-    if (kv_ok) kv_storage_free(&kv);
-    fwd_state_free(fs);
-    threadpool_destroy(tp);
-    free(table);
-    free(pos);
-    free(rows);
-    free(tables);
+    be->ops->kv_destroy(be, kv);
+    bufs_free(&c);
     return rc;
+}
+
+/* Scoring keeps only one logprob per row, so it reads them chunk by chunk instead of
+ * whole logits rows. */
+int sequence_score(backend *be, const int32_t *prompt, int64_t n_prompt, const int32_t *cont, int64_t n_cont,
+                   float *logprobs, char *err, size_t errlen) {
+    const model *m = be->m;
+    if (n_prompt <= 0 || n_cont <= 0) {
+        snprintf(err, errlen, "score needs a non-empty prompt and continuation");
+        return -1;
+    }
+    const int64_t n = n_prompt + n_cont - 1; /* the last continuation token is never fed */
+    if (n > m->rope_len) {
+        snprintf(err, errlen, "sequence of %lld tokens outside [1, %lld]", (long long)n, (long long)m->rope_len);
+        return -1;
+    }
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->cfg.n_vocab) {
+            snprintf(err, errlen, "prompt token id %d out of range", prompt[i]);
+            return -1;
+        }
+    for (int64_t i = 0; i < n_cont; i++)
+        if (cont[i] < 0 || cont[i] >= m->cfg.n_vocab) {
+            snprintf(err, errlen, "continuation token id %d out of range", cont[i]);
+            return -1;
+        }
+    int64_t chunk = ENGINE_SCORE_CHUNK;
+    if (chunk > be->opts.max_tokens) chunk = be->opts.max_tokens;
+    if (chunk > be->opts.max_logits) chunk = be->opts.max_logits;
+    const int64_t n_blocks = (n + KV_BLOCK - 1) / KV_BLOCK;
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n);
+    chunk_bufs c = {malloc(sizeof(int32_t) * (size_t)n_blocks), malloc(sizeof(int32_t) * (size_t)chunk),
+                    malloc(sizeof(int32_t) * (size_t)chunk), malloc(sizeof(int32_t *) * (size_t)chunk)};
+    backend_kv *kv = NULL;
+    int rc = 0;
+    if (!seq || !c.table || !c.pos || !c.rows || !c.tables) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    } else if (be->ops->kv_create(be, n_blocks, &kv)) {
+        snprintf(err, errlen, "%s", be->error);
+        rc = -1;
+    }
+    if (rc == 0) {
+        memcpy(seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
+        memcpy(seq + n_prompt, cont, sizeof(int32_t) * (size_t)(n_cont - 1));
+        for (int64_t b = 0; b < n_blocks; b++) c.table[b] = (int32_t)b;
+    }
+    const int64_t first = n_prompt - 1;
+    for (int64_t s0 = 0; rc == 0 && s0 < n; s0 += chunk) {
+        int64_t len = n - s0 < chunk ? n - s0 : chunk, n_rows = 0;
+        for (int64_t t = 0; t < len; t++) {
+            c.pos[t] = (int32_t)(s0 + t);
+            c.tables[t] = c.table;
+            if (s0 + t >= first) c.rows[n_rows++] = (int32_t)t;
+        }
+        int64_t out_row = n_rows ? s0 + len - n_rows - first : 0;
+        fwd_batch batch = {len, seq + s0, c.pos, c.tables, n_rows, c.rows};
+        if (be->ops->forward(be, kv, &batch) ||
+            (n_rows && be->ops->token_logprobs(be, n_rows, cont + out_row, logprobs + out_row))) {
+            snprintf(err, errlen, "%s", be->error);
+            rc = -1;
+        }
+    }
+    if (kv) be->ops->kv_destroy(be, kv);
+    bufs_free(&c);
+    free(seq);
+    return rc;
+}
+
+/* A CPU backend for one sequence of up to `chunk` tokens a forward. */
+static int temp_cpu_backend(const invar_model *im, int64_t chunk, int32_t n_threads, backend **out, char *err,
+                            size_t errlen) {
+    backend_opts o = {.n_threads = n_threads > 0 ? n_threads : 1, .max_tokens = chunk, .max_logits = chunk};
+    return backend_cpu_create(im->m, &o, out, err, errlen);
 }
 
 int invar_model_logits(const invar_model *im, const int32_t *tokens, int64_t n, int64_t chunk,
                        int32_t n_threads, float *out, char *err, size_t errlen) {
-    return sequence_forward(im, tokens, n, chunk, n_threads, 0, out, NULL, err, errlen);
+    if (n <= 0 || n > im->m->rope_len) {
+        snprintf(err, errlen, "sequence of %lld tokens outside [1, %lld]", (long long)n, (long long)im->m->rope_len);
+        return -1;
+    }
+    if (chunk <= 0 || chunk > n) chunk = n;
+    backend *be;
+    if (temp_cpu_backend(im, chunk, n_threads, &be, err, errlen)) return -1;
+    int rc = sequence_logits(be, tokens, n, chunk, 0, out, err, errlen);
+    backend_destroy(be);
+    return rc;
 }
 
 int invar_score_testing(const invar_model *im, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,
                         size_t errlen) {
-    const model *m = im->m;
-    if (n_prompt <= 0 || n_cont <= 0) {
-        snprintf(err, errlen, "score needs a non-empty prompt and continuation");
-        return -1;
-    }
-    int64_t n = n_prompt + n_cont - 1; /* the last continuation token is never fed */
-    const int64_t V = m->cfg.n_vocab;
-    for (int64_t i = 0; i < n_cont; i++)
-        if (cont[i] < 0 || cont[i] >= V) {
-            snprintf(err, errlen, "continuation token id %d out of range", cont[i]);
-            return -1;
-        }
-    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n);
-    const int64_t chunk = 256;
-    float *logits = malloc(sizeof(float) * (size_t)(n_cont * V));
-    int rc = -1;
-    if (!seq || !logits) {
-        snprintf(err, errlen, "out of memory");
-    } else {
-        memcpy(seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
-        memcpy(seq + n_prompt, cont, sizeof(int32_t) * (size_t)(n_cont - 1));
-        rc = sequence_forward(im, seq, n, chunk, n_threads, n_prompt - 1, logits, mm, err, errlen);
-        /* The same expression the sampler reports: logit - logsumexp of the row. */
-        for (int64_t i = 0; rc == 0 && i < n_cont; i++) {
-            const float *row = logits + i * V;
-            logprobs[i] = row[cont[i]] - row_logsumexp(row, V);
-        }
-    }
-    free(seq);
-    free(logits);
+    backend *be;
+    if (temp_cpu_backend(im, ENGINE_SCORE_CHUNK, n_threads, &be, err, errlen)) return -1;
+    if (mm) backend_cpu_set_matmul(be, mm);
+    int rc = sequence_score(be, prompt, n_prompt, cont, n_cont, logprobs, err, errlen);
+    backend_destroy(be);
     return rc;
 }
 

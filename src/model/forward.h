@@ -6,6 +6,7 @@
 #define INVAR_FORWARD_H
 #include <stdint.h>
 #include "../kernels/cpu/threadpool.h"
+#include "batch.h"
 #include "model.h"
 
 /* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and for V
@@ -20,14 +21,6 @@ int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks);
 void kv_storage_free(kv_storage *s);
 size_t kv_bytes_per_block(const model_config *c);
 
-typedef struct {
-    int64_t n_tokens;
-    const int32_t *tokens;
-    const int32_t *pos;
-    const int32_t *const *block_tables; /* per token: its sequence's block table */
-    int64_t n_logits;
-    const int32_t *logit_rows;          /* token indices whose logits are wanted */
-} fwd_batch;
 
 typedef struct fwd_state fwd_state;
 

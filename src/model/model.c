@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static int check_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, char *err
     return 0;
 }
 
-/* A matrix [rows = out features][k = in features] bound for the matmul kernels. */
+/* A matrix [rows = out features][k = in features], validated for the matmul kernels; the
+ * CPU's repacked copy is made only when a CPU backend needs it (model_bind_cpu). */
 static int bind_matrix(model *m, cpu_weight *w, const char *name, int64_t k, int64_t n, char *err,
                        size_t errlen) {
     const gguf_tensor *t = find(m, name);
@@ -35,7 +37,7 @@ static int bind_matrix(model *m, cpu_weight *w, const char *name, int64_t k, int
         FAIL("tensor %s has unsupported type %s", name, tn);
     }
     char e2[200];
-    if (cpu_weight_init(w, t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", name, e2);
+    if (cpu_weight_view(w, t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", name, e2);
     return 0;
 }
 
@@ -119,12 +121,31 @@ int model_load(const char *path, model **out, char *err, size_t errlen) {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     if (!m) FAIL("out of memory");
+    pthread_mutex_init(&m->bind_lock, NULL);
     if (load_all(m, path, err, errlen)) {
         model_free(m);
         return -1;
     }
     *out = m;
     return 0;
+}
+
+static int pack_all(model *m, char *err, size_t errlen) {
+    for (int64_t il = 0; il < m->cfg.n_layer; il++) {
+        layer_weights *L = &m->layers[il];
+        cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            if (cpu_weight_pack(ws[i], err, errlen)) return -1;
+    }
+    return cpu_weight_pack(&m->output, err, errlen);
+}
+
+int model_bind_cpu(model *m, char *err, size_t errlen) {
+    pthread_mutex_lock(&m->bind_lock);
+    int rc = m->cpu_bound ? 0 : pack_all(m, err, errlen);
+    if (rc == 0) m->cpu_bound = true;
+    pthread_mutex_unlock(&m->bind_lock);
+    return rc;
 }
 
 static void free_layer(layer_weights *L) {
@@ -144,6 +165,7 @@ void model_free(model *m) {
     free(m->rope_cs);
     tokenizer_free(m->tok);
     gguf_close(m->gguf);
+    pthread_mutex_destroy(&m->bind_lock);
     free(m);
 }
 

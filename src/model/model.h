@@ -1,6 +1,9 @@
-/* A loaded model: GGUF mapping, config, tokenizer, weights bound for the CPU kernels. */
+/* A loaded model: GGUF mapping, config, tokenizer, validated weight views (bound for the
+ * CPU kernels on demand). */
 #ifndef INVAR_MODEL_H
 #define INVAR_MODEL_H
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "../formats/gguf.h"
@@ -25,10 +28,15 @@ typedef struct model {
     layer_weights *layers;
     float *rope_cs;             /* [rope_len][n_rot/2][cos, sin] */
     int64_t rope_len;
+    pthread_mutex_t bind_lock;
+    bool cpu_bound;             /* the CPU kernels' repacked weights exist */
 } model;
 
 int model_load(const char *path, model **out, char *err, size_t errlen);
 void model_free(model *m);
+/* Makes the CPU matmul's repacked copies of every weight (once; thread-safe). A model
+ * that only runs on another backend never pays for them. */
+int model_bind_cpu(model *m, char *err, size_t errlen);
 /* Embedding row of a token into out[n_embd]. */
 void model_embed(const model *m, int32_t token, float *out);
 

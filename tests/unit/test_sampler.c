@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
 
 #define V 1000
 

@@ -130,7 +130,7 @@ static void pack_record(uint32_t type, uint8_t *rec, const uint8_t *const *rows,
     }
 }
 
-int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
+int cpu_weight_view(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
                     char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
     const size_t ub = unit_bytes(type);
@@ -153,6 +153,15 @@ int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const vo
     w->k = k;
     w->data = data;
     w->row_bytes = (size_t)(k / ue) * ub;
+    return 0;
+}
+
+int cpu_weight_pack(cpu_weight *w, char *err, size_t errlen) {
+    if (w->packed) return 0;
+    const uint32_t type = w->type;
+    const int64_t n = w->n, k = w->k, ue = mm_unit_elems(type);
+    const size_t ub = unit_bytes(type);
+    const void *data = w->data;
     const size_t rb = mm_rec_bytes(type);
     const int64_t ngroups = (n + MM_NC - 1) / MM_NC, nu = k / ue;
     const size_t bytes = (size_t)ngroups * (size_t)nu * rb;
@@ -191,6 +200,12 @@ int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const vo
     w->packed = p;
     w->packed_bytes = bytes;
     return 0;
+}
+
+int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
+                    char *err, size_t errlen) {
+    if (cpu_weight_view(w, type, n, k, data, err, errlen)) return 1;
+    return cpu_weight_pack(w, err, errlen);
 }
 
 void cpu_weight_free(cpu_weight *w) {

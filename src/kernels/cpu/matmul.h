@@ -18,8 +18,13 @@ typedef struct {
     size_t packed_bytes;
 } cpu_weight;
 
-/* Validates type and shape (k a multiple of the block size) and may repack.
- * Returns 0, or non-zero with a message in err. */
+/* Validates type and shape (k a multiple of the block size) without repacking: a view
+ * that other backends read (the CUDA backend uploads from it). Returns 0 or non-zero. */
+int cpu_weight_view(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
+                    char *err, size_t errlen);
+/* Builds the kernels' repacked copy of a view (once; the CPU matmul needs it). */
+int cpu_weight_pack(cpu_weight *w, char *err, size_t errlen);
+/* cpu_weight_view + cpu_weight_pack. */
 int cpu_weight_init(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
                     char *err, size_t errlen);
 void cpu_weight_free(cpu_weight *w);

@@ -118,14 +118,18 @@ static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling
 
 void sampler_choose(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
                     invar_token_info *info, int32_t *work_idx, float *work_p) {
+    sampler_choose_lse(logits, n_vocab, s, position, row_logsumexp(logits, n_vocab), info, work_idx, work_p);
+}
+
+void sampler_choose_lse(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
+                        float lse, invar_token_info *info, int32_t *work_idx, float *work_p) {
     int32_t tok = s->temperature == 0.0f ? (int32_t)row_argmax(logits, n_vocab)
                                          : sample(logits, n_vocab, s, position, work_idx, work_p);
-    float lse = row_logsumexp(logits, n_vocab);
     info->token = tok;
-    info->logprob = logits[tok] - lse;
+    info->logprob = sampler_logprob(logits[tok], lse);
     info->n_top = s->top_logprobs;
     if (info->n_top > 0) {
         top_n(logits, n_vocab, info->n_top, info->top_ids);
-        for (int32_t r = 0; r < info->n_top; r++) info->top_logprobs[r] = logits[info->top_ids[r]] - lse;
+        for (int32_t r = 0; r < info->n_top; r++) info->top_logprobs[r] = sampler_logprob(logits[info->top_ids[r]], lse);
     }
 }

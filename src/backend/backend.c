@@ -1,0 +1,23 @@
+/* Backend selection. */
+#include "backend.h"
+
+#include <stdio.h>
+
+int backend_create(invar_device device, model *m, const backend_opts *o, backend **out, char *err,
+                   size_t errlen) {
+    *out = NULL;
+    if (o->max_tokens <= 0 || o->max_logits <= 0 || o->n_threads <= 0) {
+        snprintf(err, errlen, "backend: bad sizes");
+        return -1;
+    }
+    switch (device) {
+    case INVAR_DEVICE_CPU: return backend_cpu_create(m, o, out, err, errlen);
+    case INVAR_DEVICE_CUDA: return backend_cuda_create(m, o, out, err, errlen);
+    }
+    snprintf(err, errlen, "unknown device %d", (int)device);
+    return -1;
+}
+
+void backend_destroy(backend *b) {
+    if (b) b->ops->destroy(b);
+}

@@ -1,0 +1,79 @@
+/* The backend interface: how the engine and the scoring path reach the hardware.
+ *
+ * A backend holds a model's weights bound to one device (CPU kernels or a CUDA GPU), the
+ * buffers of one forward pass, and the logits of the last one. The engine owns everything
+ * else (queue, scheduler, block pool, prefix cache, preemption, chunking), once, for every
+ * backend: a backend only runs ragged batches into paged KV storage it allocated, and turns
+ * the resulting logits rows into tokens with the one sampler (sampling/sampler.h).
+ *
+ * Invariance contract for implementations: a token's logits depend only on its sequence's
+ * tokens and positions (never on the batch, its order, the chunking or the thread count),
+ * and a row's sampled token, logprob and alternatives depend only on that row's logits, its
+ * request's parameters and its position. Layer kinds to come (mixture-of-experts FFN, MLA
+ * attention) are the backends' business behind forward(); several GPUs would be one backend
+ * instance spanning them. */
+#ifndef INVAR_BACKEND_H
+#define INVAR_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../model/batch.h"
+#include "../model/model.h"
+#include "invar.h"
+
+typedef struct {
+    int32_t n_threads;      /* CPU worker threads (>= 1) */
+    int64_t max_tokens;     /* most tokens one forward carries */
+    int64_t max_logits;     /* most logits rows one forward produces */
+    int32_t cuda_device;    /* CUDA device ordinal */
+    bool cuda_gemm_cublas;  /* CUDA only: cuBLAS GEMMs, fast and NOT batch-invariant */
+} backend_opts;
+
+/* One row of a sampling request: which request parameters, at which absolute position. */
+typedef struct {
+    const invar_sampling *s;
+    int64_t position;
+} sample_row;
+
+typedef struct backend backend;
+typedef struct backend_kv backend_kv; /* paged KV storage of a backend (opaque) */
+
+typedef struct {
+    const char *name;
+    void (*destroy)(backend *b);
+    /* Bytes one KV block of KV_BLOCK positions takes, all layers, K and V. */
+    size_t (*kv_bytes_per_block)(const backend *b);
+    int (*kv_create)(backend *b, int64_t n_blocks, backend_kv **out);
+    void (*kv_destroy)(backend *b, backend_kv *kv);
+    /* Runs the batch; keeps the logits of b->n_logits rows for the calls below. */
+    int (*forward)(backend *b, backend_kv *kv, const fwd_batch *batch);
+    /* Row i of the last forward's logits -> out[i], for i < n. */
+    int (*sample)(backend *b, int64_t n, const sample_row *rows, invar_token_info *out);
+    /* out[i] = logprob of tokens[i] in row i (the expression sample() reports). */
+    int (*token_logprobs)(backend *b, int64_t n, const int32_t *tokens, float *out);
+    /* The raw logits rows [n][n_vocab], float32, to host memory. */
+    int (*read_logits)(backend *b, int64_t n, float *out);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    model *m;
+    backend_opts opts;
+    char error[256];        /* message of the last failed call */
+};
+
+/* Creates the backend for `device`; a clear message in err when the device is missing, was
+ * not built in, or cannot hold the model. */
+int backend_create(invar_device device, model *m, const backend_opts *o, backend **out, char *err,
+                   size_t errlen);
+void backend_destroy(backend *b);
+
+/* Implementations (backend_cuda_none.c stands in when CUDA is not built). */
+int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen);
+int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen);
+
+/* Tests only: the CPU backend's matmul (negative controls swap in a non-invariant one).
+ * Returns -1 for a backend that is not the CPU's. */
+#include "../model/forward.h"
+int backend_cpu_set_matmul(backend *b, matmul_fn fn);
+
+#endif

@@ -1,0 +1,14 @@
+/* Stands in for the CUDA backend in builds without CUDA. */
+#include <stdio.h>
+
+#include "backend.h"
+
+#ifndef INVAR_HAVE_CUDA
+int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen) {
+    (void)m;
+    (void)o;
+    *out = NULL;
+    snprintf(err, errlen, "this build of invar has no CUDA backend (configure with -DINVAR_CUDA=ON where nvcc is installed)");
+    return -1;
+}
+#endif
