@@ -73,11 +73,30 @@ bool parse_f32(const char *s, float *out) {
     return true;
 }
 
+/* --device cpu|cuda and --cuda-gemm invariant|cublas. */
+static int device_opt(invar_engine_config *c, const char *name, const char *val) {
+    if (!strcmp(name, "device")) {
+        if (val && !strcmp(val, "cpu")) c->device = INVAR_DEVICE_CPU;
+        else if (val && !strcmp(val, "cuda")) c->device = INVAR_DEVICE_CUDA;
+        else return fprintf(stderr, "invar: --device needs cpu or cuda\n"), -1;
+        return 1;
+    }
+    if (!strcmp(name, "cuda-gemm")) {
+        if (val && !strcmp(val, "invariant")) c->cuda_gemm_cublas = false;
+        else if (val && !strcmp(val, "cublas")) c->cuda_gemm_cublas = true;
+        else return fprintf(stderr, "invar: --cuda-gemm needs invariant or cublas\n"), -1;
+        return 1;
+    }
+    return 0;
+}
+
 int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
+    int d = device_opt(c, name, val);
+    if (d) return d;
     int64_t v;
     struct { const char *name; int64_t lo, hi; } opts[] = {
         {"threads", 1, 256}, {"max-batch", 1, 4096}, {"max-batch-tokens", 1, 1 << 20},
-        {"n-ctx", 1, 1 << 24}, {"kv-mem-mb", 1, 1 << 24}};
+        {"n-ctx", 1, 1 << 24}, {"kv-mem-mb", 1, 1 << 24}, {"cuda-device", 0, 1023}};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
         if (strcmp(name, opts[i].name)) continue;
         if (!parse_i64(val, opts[i].lo, opts[i].hi, &v)) {
@@ -90,7 +109,8 @@ int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
         case 1: c->max_batch = (int32_t)v; break;
         case 2: c->max_batch_tokens = (int32_t)v; break;
         case 3: c->n_ctx = (int32_t)v; break;
-        default: c->kv_mem_mb = v; break;
+        case 4: c->kv_mem_mb = v; break;
+        default: c->cuda_device = (int32_t)v; break;
         }
         return 1;
     }

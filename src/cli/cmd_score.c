@@ -5,18 +5,36 @@
 #include "request_json.h"
 
 static const char *HELP =
-    "usage: invar score [--model PATH] [--threads N] PROMPT CONTINUATION\n"
+    "usage: invar score [--model PATH] [--threads N] [--device cpu|cuda] PROMPT CONTINUATION\n"
     "       invar score [--model PATH] --prompt-ids 1,2,3 --continuation-ids 4,5\n"
     "\n"
     "Prints {\"prompt_tokens\", \"token_ids\", \"logprobs\"} for the continuation's tokens, computed\n"
     "in one prefill pass. They equal, bit for bit, the logprobs `invar batch` reports when it\n"
-    "samples those same tokens (the importance ratio of an RL trainer is exactly 1).\n"
+    "samples those same tokens on the same device (the importance ratio of an RL trainer is\n"
+    "exactly 1).\n"
     "PROMPT is tokenized with special tokens parsed (BOS per the model); CONTINUATION without BOS.\n";
+
+/* On the CPU the model-level path; elsewhere through an engine on that device (the same
+ * forward the engine samples with there). */
+static int score(invar_model *m, invar_engine_config *cfg, int32_t threads, int32_t *const ids[2],
+                 const int64_t n[2], float *lp, char *err, size_t errlen) {
+    if (cfg->device == INVAR_DEVICE_CPU) return invar_score(m, ids[0], n[0], ids[1], n[1], threads, lp, err, errlen);
+    cfg->n_threads = threads;
+    cfg->max_batch = 1;
+    cfg->kv_blocks = 1; /* scoring allocates its own KV */
+    invar_engine *e;
+    if (invar_engine_create(m, cfg, &e, err, errlen)) return -1;
+    int rc = invar_engine_score(e, ids[0], n[0], ids[1], n[1], lp, err, errlen);
+    invar_engine_free(e);
+    return rc;
+}
 
 int cmd_score(int argc, char **argv) {
     const char *model_path = NULL, *texts[2] = {NULL, NULL}, *ids_opt[2] = {NULL, NULL};
     int64_t threads = 1;
     int n_texts = 0;
+    invar_engine_config cfg;
+    invar_engine_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -31,7 +49,9 @@ int cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--prompt-ids")) ids_opt[0] = v;
         else if (!strcmp(a, "--continuation-ids")) ids_opt[1] = v;
         else if (!strcmp(a, "--threads") && parse_i64(v, 1, 256, &threads)) {}
-        else { fprintf(stderr, "invar score: bad option '%s'\n", a); return EXIT_USAGE; }
+        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device") || !strcmp(a, "--cuda-gemm")) {
+            if (cli_engine_opt(&cfg, a + 2, v) < 0) return EXIT_USAGE;
+        } else { fprintf(stderr, "invar score: bad option '%s'\n", a); return EXIT_USAGE; }
     }
     bool by_ids = ids_opt[0] && ids_opt[1];
     if (!by_ids && n_texts != 2) { fputs(HELP, stderr); return EXIT_USAGE; }
@@ -54,7 +74,7 @@ int cmd_score(int argc, char **argv) {
     if (!ids[0] || !ids[1] || n[0] <= 0 || n[1] <= 0 || !lp) {
         fprintf(stderr, "invar score: prompt and continuation must be non-empty\n");
         rc = EXIT_USAGE;
-    } else if (invar_score(m, ids[0], n[0], ids[1], n[1], (int32_t)threads, lp, err, sizeof err)) {
+    } else if (score(m, &cfg, (int32_t)threads, ids, n, lp, err, sizeof err)) {
         fprintf(stderr, "invar score: %s\n", err);
         rc = EXIT_USAGE;
     } else {
