@@ -7,6 +7,9 @@ if(NOT CMAKE_CUDA_COMPILER)
   message(STATUS "invar: nvcc not found, CUDA backend skipped")
   return()
 endif()
+# Architectures come from INVAR_CUDA_GENCODE on the CUDA target; C targets that link it
+# (the engine's backend, the CLI) must not be given CMake's default list.
+set(CMAKE_CUDA_ARCHITECTURES OFF)
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
@@ -49,4 +52,14 @@ if(INVAR_CUDA_BENCH)
   add_executable(bench_cuda ${INVAR_CUDA_BENCH} ${INVAR_CUDA_TEST_COMMON})
   target_include_directories(bench_cuda PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
   target_link_libraries(bench_cuda PRIVATE invar_cuda m)
+endif()
+
+# The engine on the GPU: the invariance suite through the public API (needs a model file;
+# the device script runs it on the default and generated models).
+add_executable(test_cuda_engine ${CMAKE_SOURCE_DIR}/tests/cuda/engine/test_cuda_engine.c)
+target_link_libraries(test_cuda_engine PRIVATE invar m)
+if(INVAR_TESTS)
+  add_test(NAME test_cuda_engine
+           COMMAND test_cuda_engine ${CMAKE_SOURCE_DIR}/models/SmolLM2-135M-Instruct.Q4_1.gguf --quick)
+  set_tests_properties(test_cuda_engine PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endif()

@@ -94,6 +94,12 @@ int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, float *logp
 int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const float *temperature,
                       const float *u, int32_t *token, float *logprob, int M, int V);
 
+/* Per row of fp32 logits (row stride ld >= V): lse[m] = log-sum-exp of the V values,
+ * argmax[m] (lowest id among maxima), logprob[m] = logits[m][tok] - lse[m] with tok =
+ * tok_in[m], or the argmax when tok_in is NULL. Any output pointer may be NULL. */
+int invar_cuda_row_stats(invar_cuda_ctx *ctx, const float *logits, int ld, int V, int M,
+                         const int32_t *tok_in, int32_t *argmax, float *lse, float *logprob);
+
 /* ---- paged attention ------------------------------------------------------------------ */
 /* KV cache: k_cache/v_cache are [n_pages][n_kv_heads][INVAR_CUDA_PAGE][head_dim] bf16.
  * Sequence s has ctx_len[s] cached positions (its new tokens included, already written with
@@ -102,7 +108,7 @@ int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const float *tem
  * positions ctx_len[s]-q_len[s] .. ctx_len[s]-1 (causal). The KV reduction is cut at
  * absolute positions that are multiples of INVAR_CUDA_KV_SPLIT and merged in position order,
  * so a token's output is the same in decode, prefill, chunked prefill or after a prefix hit,
- * whatever else is batched. head_dim == 128; n_heads % n_kv_heads == 0. */
+ * whatever else is batched. head_dim 64 or 128; n_heads % n_kv_heads == 0. */
 #define INVAR_CUDA_PAGE 16
 #define INVAR_CUDA_KV_SPLIT 256
 
@@ -125,6 +131,17 @@ int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *plan, 
 int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const uint16_t *v,
                         uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot, int T,
                         int n_kv_heads, int head_dim);
+
+/* After the fused QKV GEMM (qkv: fp32 [T][(n_heads + 2 n_kv_heads) head_dim], q heads then
+ * k heads then v heads): adds bias (fp32, that width, or NULL), applies per-head RMSNorm with
+ * q_norm / k_norm (fp32 [head_dim], or NULL) and eps, rotates the first n_rot dims of q and k
+ * by rope_cs[pos[t]] (fp32 [n_pos][n_rot/2][cos, sin]; neox: pairs (i, i + n_rot/2), else
+ * (2i, 2i+1)), and writes bf16 q to q_out [T][n_heads][head_dim] and k, v to their cache
+ * slots slot[t] = page * INVAR_CUDA_PAGE + offset. head_dim <= 128. */
+int invar_cuda_qkv_prep(invar_cuda_ctx *ctx, const float *qkv, int T, int n_heads, int n_kv_heads,
+                        int head_dim, const float *bias, const float *q_norm, const float *k_norm,
+                        float eps, const float *rope_cs, const int32_t *pos, int n_rot, int neox,
+                        uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot);
 
 /* ---- helpers for tests and benchmarks ------------------------------------------------ */
 /* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */

@@ -82,6 +82,15 @@ def tiny_shape(arch: str, wtype: str) -> Shape:
 SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
                      n_ctx=8192, head_dim=64, rope_base=100000.0, rms_eps=1e-5)
 
+# Small shapes the GPU kernels take (head_dim 64 or 128, widths multiples of 256 so every
+# weight type fits): the second is Llama-3-8B's head layout (GQA 4:1, head_dim 128).
+GPU_SHAPES = {
+    "gpu-hd64": Shape(n_embd=256, n_layer=3, n_head=4, n_head_kv=2, n_ff=768,
+                      n_ctx=4096, head_dim=64, rope_base=10000.0, rms_eps=1e-5),
+    "gpu-hd128": Shape(n_embd=1024, n_layer=3, n_head=8, n_head_kv=2, n_ff=2048,
+                       n_ctx=8192, head_dim=128, rope_base=500000.0, rms_eps=1e-5),
+}
+
 
 # ---------------------------------------------------------------- tokenizer
 
@@ -186,8 +195,8 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     embd_type = embd_type or default_embd_type(wtype)
     if shape == "tiny":
         s = tiny_shape(arch, wtype)
-    elif shape == "smollm2-135m":
-        s = SMOLLM2_135M
+    elif shape == "smollm2-135m" or shape in GPU_SHAPES:
+        s = SMOLLM2_135M if shape == "smollm2-135m" else GPU_SHAPES[shape]
         if arch == "qwen3":
             s = replace(s, rms_eps=1e-6)
     else:
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--separate-output", action="store_true",
                     help="write output.weight instead of tying it to token_embd")
     ap.add_argument("--shape", "--llama-shape", dest="shape",
-                    choices=("tiny", "smollm2-135m"), default="tiny")
+                    choices=("tiny", "smollm2-135m", *GPU_SHAPES), default="tiny")
     ap.add_argument("--tokenizer-from", default=DEFAULT_TOKENIZER_MODEL,
                     help="GGUF whose tokenizer.* keys are copied")
     a = ap.parse_args(argv)

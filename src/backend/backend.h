@@ -75,5 +75,9 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
  * Returns -1 for a backend that is not the CPU's. */
 #include "../model/forward.h"
 int backend_cpu_set_matmul(backend *b, matmul_fn fn);
+/* Tests and benchmarks: the CUDA backend's GEMM. SPLIT_BY_M is a negative control (the
+ * invariant kernel with a K chunk that depends on M). -1 for another backend. */
+typedef enum { BACKEND_GEMM_INVARIANT, BACKEND_GEMM_CUBLAS, BACKEND_GEMM_SPLIT_BY_M } backend_gemm_mode;
+int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode);
 
 #endif

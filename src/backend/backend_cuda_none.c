@@ -11,4 +11,10 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
     snprintf(err, errlen, "this build of invar has no CUDA backend (configure with -DINVAR_CUDA=ON where nvcc is installed)");
     return -1;
 }
+
+int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode) {
+    (void)b;
+    (void)mode;
+    return -1;
+}
 #endif

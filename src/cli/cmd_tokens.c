@@ -10,6 +10,7 @@ static const char *TOKENIZE_HELP =
 
 static const char *LOGITS_HELP =
     "usage: invar logits [--model PATH] --tokens 1,2,3 --out FILE [--chunk N] [--threads N]\n"
+    "                    [--device cpu|cuda]\n"
     "Writes the raw float32 logits of every position, row-major [n_tokens][n_vocab], to FILE.\n"
     "--chunk N feeds the sequence N tokens at a time (the bits must not change).\n";
 
@@ -53,9 +54,25 @@ int32_t *parse_id_list(const char *s, int64_t *n) {
     return ids;
 }
 
+/* The CPU's model-level path, or an engine's backend on another device. */
+static int device_logits(invar_model *m, invar_engine_config *cfg, const int32_t *ids, int64_t n, int64_t chunk,
+                         int32_t threads, float *out, char *err, size_t errlen) {
+    if (cfg->device == INVAR_DEVICE_CPU) return invar_model_logits(m, ids, n, chunk, threads, out, err, errlen);
+    cfg->n_threads = threads;
+    cfg->max_batch = 1;
+    cfg->kv_blocks = 1; /* the sequence gets KV storage of its own */
+    invar_engine *e;
+    if (invar_engine_create(m, cfg, &e, err, errlen)) return -1;
+    int rc = invar_engine_logits(e, ids, n, chunk, out, err, errlen);
+    invar_engine_free(e);
+    return rc;
+}
+
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *tokens = NULL, *out_path = NULL;
     int64_t chunk = 0, threads = 1;
+    invar_engine_config cfg;
+    invar_engine_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(LOGITS_HELP, stdout); return EXIT_OK; }
@@ -66,7 +83,9 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--out")) out_path = v;
         else if (!strcmp(a, "--chunk") && parse_i64(v, 1, 1 << 24, &chunk)) {}
         else if (!strcmp(a, "--threads") && parse_i64(v, 1, 256, &threads)) {}
-        else { fprintf(stderr, "invar logits: bad option '%s %s'\n", a, v); return EXIT_USAGE; }
+        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device")) {
+            if (cli_engine_opt(&cfg, a + 2, v) < 0) return EXIT_USAGE;
+        } else { fprintf(stderr, "invar logits: bad option '%s %s'\n", a, v); return EXIT_USAGE; }
     }
     int64_t n = 0;
     int32_t *ids = tokens ? parse_id_list(tokens, &n) : NULL;
@@ -77,7 +96,7 @@ int cmd_logits(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)(n * V));
     char err[256];
     int rc = EXIT_OK;
-    if (!logits || invar_model_logits(m, ids, n, chunk, (int32_t)threads, logits, err, sizeof err)) {
+    if (!logits || device_logits(m, &cfg, ids, n, chunk, (int32_t)threads, logits, err, sizeof err)) {
         fprintf(stderr, "invar logits: %s\n", logits ? err : "out of memory");
         rc = EXIT_USAGE;
     } else {

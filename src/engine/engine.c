@@ -480,6 +480,10 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
 
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { return backend_cpu_set_matmul(e->be, fn); }
 
+int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
+    return backend_cuda_set_gemm_mode(e->be, (backend_gemm_mode)mode);
+}
+
 int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                        int64_t n_cont, float *logprobs, char *err, size_t errlen) {
     pthread_mutex_lock(&e->lock);

@@ -6,6 +6,8 @@
 
 /* Swaps the CPU backend's matmul; -1 for an engine on another device. */
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn);
+/* Sets the CUDA backend's GEMM (backend.h: backend_gemm_mode); -1 for another device. */
+int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
 int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,

@@ -327,6 +327,53 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
     return invar_cuda_check(ctx, cudaGetLastError(), "log_softmax launch");
 }
 
+/* ---- row statistics for the engine's sampler ----
+ * Per row of fp32 logits (row stride ld, V <= ld columns used): the log-sum-exp (the same
+ * (max, sum) pass and tree as log-softmax), the argmax (lowest id among maxima), and the
+ * logprob of a token: tok_in[row], or the argmax when tok_in is NULL. Every logprob the
+ * engine reports on the GPU is logit - this lse, one fp32 subtraction. */
+__global__ void __launch_bounds__(VOCAB_THREADS)
+row_stats_kernel(const float *__restrict__ logits, int ld, int V, int M, const int32_t *__restrict__ tok_in,
+                 int32_t *__restrict__ argmax, float *__restrict__ lse_out, float *__restrict__ logprob)
+{
+    __shared__ float sh[66];
+    __shared__ int best;
+    for (int row = blockIdx.x; row < M; row += gridDim.x) {
+        const float *x = logits + (size_t)row * ld;
+        struct ms t = {-INFINITY, 0.0f};
+        int arg = 0x7fffffff;
+        for (int v = threadIdx.x; v < V; v += VOCAB_THREADS) { /* ascending per thread: first max kept */
+            float xv = __ldg(x + v);
+            if (xv > t.m) arg = v;
+            t = ms_add(t, xv);
+        }
+        float my_m = t.m;
+        struct ms g = block_ms(t, sh);
+        if (threadIdx.x == 0) best = 0x7fffffff;
+        __syncthreads();
+        if (my_m == g.m) atomicMin(&best, arg);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float lse = __fadd_rn(g.m, logf(g.s));
+            int tok = tok_in ? tok_in[row] : best;
+            if (argmax) argmax[row] = best;
+            if (lse_out) lse_out[row] = lse;
+            if (logprob) logprob[row] = __fsub_rn(x[tok], lse);
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" int invar_cuda_row_stats(invar_cuda_ctx *ctx, const float *logits, int ld, int V, int M,
+                                    const int32_t *tok_in, int32_t *argmax, float *lse, float *logprob)
+{
+    if (M < 0 || V <= 0 || ld < V) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "row_stats: bad V=%d ld=%d", V, ld);
+    if (M == 0) return 0;
+    int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
+    row_stats_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, ld, V, M, tok_in, argmax, lse, logprob);
+    return invar_cuda_check(ctx, cudaGetLastError(), "row_stats launch");
+}
+
 /* ---- sampling ----
  * One pass keeps, per thread, the running max m, sum exp(x - m), sum exp((x - m)/T) and the
  * first index of the max; a fixed tree merges threads. Tokens are drawn by inverse CDF over a

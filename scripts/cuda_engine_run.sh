@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU engine on a Hopper GPU, in one call: kernel tests, the engine invariance suite
+# (tests/cuda/engine/test_cuda_engine.c) on the default model and on generated models of
+# every architecture, logits against Hugging Face transformers, and the CLI end to end.
+# Logs go to $OUT (default ./out/cuda).
+#
+# Binaries come from a CMake build with -DINVAR_CUDA=ON (scripts/build.sh -DINVAR_CUDA=ON
+# -B build-cuda where its libraries are installed); BIN names the folder holding invar,
+# test_cuda_engine and the test_cuda_* kernel tests (default build-cuda), LIBS an optional
+# folder of shared libraries to put first on the library path (for a machine that lacks
+# libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
+# Usage: scripts/cuda_engine_run.sh [kernels] [engine] [hf] [cli] | all   (default: all)
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out/cuda}
+BIN=${BIN:-build-cuda}
+MODEL=${INVAR_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+GEN=${GEN:-/tmp/invar-gen-models}
+mkdir -p "$OUT" "$GEN"
+[ -n "${LIBS:-}" ] && export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+# cuBLAS: the toolkit's, else the one PyTorch's wheels bring.
+CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:${CUBLAS_PIP:-}
+TOKENIZER_SRC=${TOKENIZER_SRC:-$MODEL}
+have_default() { [ -f "$MODEL" ] || { echo "$MODEL absent: default-model steps skipped"; return 1; }; }
+what=${*:-all}
+want() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+status=0
+step() { # name command...: runs, logs, records failure
+    local name=$1
+    shift
+    echo "== $name =="
+    "$@" 2>&1 | tee "$OUT/$name.log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" = 77 ]; then echo "$name: skipped (no device)";
+    elif [ "$rc" != 0 ]; then echo "$name: FAILED (rc $rc)"; status=1; fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+[ -f "$MODEL" ] && sha256sum "$MODEL"
+
+if want kernels; then
+    for t in test_cuda_gemm test_cuda_rows test_cuda_attention; do step "$t" timeout 300 "$BIN/$t"; done
+fi
+
+# Generated models: every architecture, head_dim 64 and 128 (Llama-3-8B's head layout),
+# float and quantised types, tied and separate output heads.
+gen() { # name arch type shape [extra]
+    [ -f "$GEN/$1.gguf" ] || python3 tools/make_tiny_model.py --tokenizer-from "$TOKENIZER_SRC" --arch "$2" --type "$3" \
+        --shape "$4" "${@:5}" --out "$GEN/$1.gguf" >/dev/null || { echo "cannot generate $1"; status=1; }
+}
+GEN_MODELS="llama-hd64-q4_1 qwen2-hd64-q8_0 qwen3-hd64-bf16 llama-hd128-f16 qwen3-hd128-q4_k qwen2-hd128-q6_k"
+if want engine || want hf; then
+    gen llama-hd64-q4_1 llama Q4_1 gpu-hd64
+    gen qwen2-hd64-q8_0 qwen2 Q8_0 gpu-hd64 --separate-output
+    gen qwen3-hd64-bf16 qwen3 BF16 gpu-hd64
+    gen llama-hd128-f16 llama F16 gpu-hd128 --separate-output
+    gen qwen3-hd128-q4_k qwen3 Q4_K gpu-hd128
+    gen qwen2-hd128-q6_k qwen2 Q6_K gpu-hd128
+fi
+
+if want engine; then
+    have_default && step engine-default timeout 500 "$BIN/test_cuda_engine" "$MODEL"
+    for g in $GEN_MODELS; do step "engine-$g" timeout 300 "$BIN/test_cuda_engine" "$GEN/$g.gguf" --quick; done
+fi
+
+if want hf; then
+    models=()
+    [ -f "$MODEL" ] && models+=("$MODEL")
+    for g in $GEN_MODELS; do models+=("$GEN/$g.gguf"); done
+    step hf-reference env PYTHONUNBUFFERED=1 timeout 400 python3 tests/cuda/engine/hf_reference.py "$BIN/invar" \
+        "$OUT/hf_reference.json" "${models[@]}"
+fi
+
+if want cli && have_default; then
+    step cli-generate "$BIN/invar" generate --device cuda --model "$MODEL" --max-tokens 48 --chat \
+        "Write a haiku about the sea."
+    step cli-demo "$BIN/invar" demo --device cuda --model "$MODEL"
+fi
+
+echo "status $status"
+exit $status

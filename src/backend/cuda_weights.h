@@ -1,0 +1,34 @@
+/* A model's weights on the GPU (bf16), for the CUDA backend. */
+#ifndef INVAR_CUDA_WEIGHTS_H
+#define INVAR_CUDA_WEIGHTS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../kernels/cpu/threadpool.h"
+#include "../model/model.h"
+
+typedef struct {
+    uint16_t *wqkv;             /* [(n_head + 2 n_head_kv) head_dim][n_embd]: q, k, v rows stacked */
+    uint16_t *wo;               /* [n_embd][n_head head_dim] */
+    uint16_t *wgu;              /* [2 n_ff][n_embd]: gate rows, then up rows */
+    uint16_t *wdown;            /* [n_embd][n_ff] */
+    uint16_t *attn_norm, *ffn_norm;
+    float *bqkv;                /* Qwen2 biases in the stacked order, or NULL */
+    float *q_norm, *k_norm;     /* Qwen3 QK-norm, or NULL */
+} cuda_layer;
+
+typedef struct {
+    int64_t n_layer;
+    cuda_layer *layers;
+    uint16_t *embd;             /* [n_vocab][n_embd] */
+    uint16_t *out;              /* [vocab_pad][n_embd] (zero rows past n_vocab); may be embd */
+    uint16_t *out_norm;
+    float *rope_cs;             /* the model's RoPE table, [rope_len][n_rot/2][cos, sin] */
+} cuda_weights;
+
+/* Device bytes the weights take. */
+size_t cuda_weights_bytes(const model *m, int64_t vocab_pad);
+int cuda_weights_upload(const model *m, int64_t vocab_pad, int n_threads, cuda_weights *w, char *err,
+                        size_t errlen);
+void cuda_weights_free(cuda_weights *w);
+
+#endif
