@@ -10,6 +10,7 @@
 # folder of shared libraries to put first on the library path (for a machine that lacks
 # libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
 # Usage: scripts/cuda_engine_run.sh [kernels] [engine] [hf] [cli] | all   (default: all)
+# ("cli" also runs `invar serve --device cuda` under concurrent clients: serve_check.py)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/cuda}
@@ -30,7 +31,7 @@ step() { # name command...: runs, logs, records failure
     local name=$1
     shift
     echo "== $name =="
-    "$@" 2>&1 | tee "$OUT/$name.log"
+    "$@" 2>&1 | tee -a "$OUT/steps.log"
     local rc=${PIPESTATUS[0]}
     if [ "$rc" = 77 ]; then echo "$name: skipped (no device)";
     elif [ "$rc" != 0 ]; then echo "$name: FAILED (rc $rc)"; status=1; fi
@@ -76,6 +77,7 @@ if want cli && have_default; then
     step cli-generate "$BIN/invar" generate --device cuda --model "$MODEL" --max-tokens 48 --chat \
         "Write a haiku about the sea."
     step cli-demo "$BIN/invar" demo --device cuda --model "$MODEL"
+    step serve env PYTHONUNBUFFERED=1 timeout 300 python3 tests/cuda/engine/serve_check.py "$BIN/invar" "$MODEL"
 fi
 
 echo "status $status"

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""invar's GPU logits against an independent reference: Hugging Face transformers loading
-the same GGUF file (its own dequantiser and modeling code), run in float32 on the GPU.
+"""invar's GPU logits against an independent reference: Hugging Face transformers' own
+modeling code (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) in float32 on the GPU,
+with weights dequantised by the gguf package (not by invar) from the same file.
+(transformers' built-in GGUF loader rejects some of these files, e.g. SmolLM2's Q4_1 and
+Qwen3 with its own head_dim, so the state dict is built here.)
 
 For each model, two token sequences (random ids, and a repeating pattern) go through
 `invar logits --device cuda` and through transformers; the script prints the centred
@@ -29,11 +32,67 @@ def invar_logits(invar_bin, model, ids, workdir):
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
 
+def field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    v = f.parts[f.data[0]]
+    return v.tobytes().decode() if v.dtype == np.uint8 else v.item() if v.size == 1 else v.tolist()
+
+
+def unpermute(w, n_head):
+    """GGUF llama q/k rows pair dims (2i, 2i+1); HF's rotate-half pairs (i, i + d/2)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
 def hf_model(model):
+    import gguf
     import torch
-    from transformers import AutoModelForCausalLM
-    d, f = os.path.split(os.path.abspath(model))
-    m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32)
+    import transformers
+    r = gguf.GGUFReader(model)
+    arch = field(r, "general.architecture")
+    g = lambda k, d=None: field(r, f"{arch}.{k}", d)  # noqa: E731
+    n_head, n_kv, d = g("attention.head_count"), g("attention.head_count_kv"), g("embedding_length")
+    head_dim = g("attention.key_length", d // n_head)
+    t = {x.name: x for x in r.tensors}
+    deq = lambda name: np.asarray(gguf.quants.dequantize(t[name].data, t[name].tensor_type), np.float32)  # noqa
+    vocab = t["token_embd.weight"].shape[1]
+    cfg = dict(vocab_size=int(vocab), hidden_size=d, intermediate_size=g("feed_forward_length"),
+               num_hidden_layers=g("block_count"), num_attention_heads=n_head, num_key_value_heads=n_kv,
+               head_dim=head_dim, rms_norm_eps=g("attention.layer_norm_rms_epsilon"),
+               rope_theta=g("rope.freq_base", 10000.0),
+               rope_parameters={"rope_type": "default", "rope_theta": g("rope.freq_base", 10000.0)},
+               max_position_embeddings=g("context_length"),
+               tie_word_embeddings="output.weight" not in t, torch_dtype=torch.float32)
+    cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+           "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+           "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}[arch]
+    config = cls[0](**cfg)
+    sd = {"model.embed_tokens.weight": deq("token_embd.weight"), "model.norm.weight": deq("output_norm.weight")}
+    if "output.weight" in t:
+        sd["lm_head.weight"] = deq("output.weight")
+    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
+    for i in range(config.num_hidden_layers):
+        for gname, hname in names.items():
+            for kind in ("weight", "bias"):
+                key = f"blk.{i}.{gname}.{kind}"
+                if key not in t:
+                    continue
+                w = deq(key)
+                if arch == "llama" and gname in ("attn_q", "attn_k"):
+                    w = unpermute(w, n_head if gname == "attn_q" else n_kv)
+                sd[f"model.layers.{i}.{hname}.{kind}"] = w
+    m = cls[1](config)
+    missing, unexpected = m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()}, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"state dict: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    if config.tie_word_embeddings:
+        m.tie_weights()
     return m.to("cuda").eval()
 
 

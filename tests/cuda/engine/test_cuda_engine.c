@@ -6,8 +6,8 @@
  *   prefix    prefix cache cold vs warm (shared prefixes), hits counted
  *   preempt   a tiny KV budget forcing preemption and recompute
  *   score     invar_engine_score == the logprobs sampled step by step
- *   control   the batch check with the GEMM's K chunk following M (SPLIT_BY_M) and with
- *             cuBLAS: both must differ from their own alone runs
+ *   control   every check again with the GEMM's K chunk following M (SPLIT_BY_M): each
+ *             must find mismatches; cuBLAS mode is reported too
  *   accuracy  GPU logits against the CPU engine's on the same file (relative error, top-1)
  * Usage: test_cuda_engine MODEL.gguf [--quick]. Exits 77 without a usable GPU. */
 #include <math.h>
@@ -232,18 +232,29 @@ static int batch_trial(const req *tg, int nt, const out_t *ref, const req *fill,
     return d;
 }
 
-static void check_batches(const req *tg, int nt, const out_t *ref, const req *fill, int trials) {
+/* Every check runs twice: on the invariant engine (0 mismatches wanted) and on the same engine
+ * with the GEMM's K chunk following M (BACKEND_GEMM_SPLIT_BY_M = 2), against alone runs of
+ * that engine: the negative control, which must find mismatches. */
+static const char *mode_tag(int mode) { return mode ? " [control: K chunk follows M]" : ""; }
+
+static void report_mode(const char *name, int mode, int mismatches, int compared) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "%s%s", name, mode_tag(mode));
+    report(buf, mismatches, compared, mode == 0);
+}
+
+static void check_batches(const req *tg, int nt, const out_t *ref, const req *fill, int trials, int mode) {
     static const int sizes[] = {2, 3, 8, 17, 64, 128, 256};
     static const int budgets[] = {16, 64, 256, 2048};
     int d = 0, compared = 0;
     for (int t = 0; t < trials; t++) {
         int b = sizes[t % 7], budget = budgets[rnd(4)];
-        d += batch_trial(tg, nt, ref, fill, b, budget < b ? b : budget, 0, &compared);
+        d += batch_trial(tg, nt, ref, fill, b, budget < b ? b : budget, mode, &compared);
     }
-    report("batch: alone vs random batches 2..256", d, compared, 1);
+    report_mode("batch: alone vs batches 2..256", mode, d, compared);
 }
 
-static void check_chunks(const req *tg, int nt, const out_t *ref) {
+static void check_chunks(const req *tg, int nt, const out_t *ref, int mode) {
     static const int budgets[] = {16, 64, 256, 2048};
     out_t *got = calloc((size_t)nt, sizeof *got);
     int *order = malloc(sizeof(int) * (size_t)nt), d = 0;
@@ -252,20 +263,20 @@ static void check_chunks(const req *tg, int nt, const out_t *ref) {
         invar_engine_config c = cfg_of(64, budgets[b], 0, false);
         invar_engine_stats st;
         shuffle(order, nt);
-        run(&c, 0, tg, order, nt, got, &st);
+        run(&c, mode, tg, order, nt, got, &st);
         d += count_diff(ref, got, nt);
     }
-    report("chunks: token budgets 16/64/256/2048", d, 4 * nt, 1);
+    report_mode("chunks: budgets 16/64/256/2048", mode, d, 4 * nt);
     free(got);
     free(order);
 }
 
-static void check_prefix(const req *tg, int nt, const out_t *ref) {
+static void check_prefix(const req *tg, int nt, const out_t *ref, int mode) {
     out_t *got = calloc((size_t)nt, sizeof *got);
     int *order = malloc(sizeof(int) * (size_t)nt), d = 0;
     for (int i = 0; i < nt; i++) order[i] = i;
     invar_engine_config c = cfg_of(16, 512, 0, true);
-    invar_engine *e = engine(&c, 0);
+    invar_engine *e = engine(&c, mode);
     for (int pass = 0; pass < 2; pass++) { /* cold, then warm */
         shuffle(order, nt);
         run_on(e, tg, order, nt, got);
@@ -277,28 +288,28 @@ static void check_prefix(const req *tg, int nt, const out_t *ref) {
     printf("prefix: %lld of %lld blocks looked up were hits\n", (long long)st.prefix_blocks_hit,
            (long long)st.prefix_blocks_looked_up);
     if (st.prefix_blocks_hit == 0) g_failures++, printf("prefix: no hits: FAILED\n");
-    report("prefix: cache cold and warm", d, 2 * nt, 1);
+    report_mode("prefix: cache cold and warm", mode, d, 2 * nt);
     free(got);
     free(order);
 }
 
-static void check_preempt(const req *tg, int nt, const out_t *ref) {
+static void check_preempt(const req *tg, int nt, const out_t *ref, int mode) {
     out_t *got = calloc((size_t)nt, sizeof *got);
     int *order = malloc(sizeof(int) * (size_t)nt);
     for (int i = 0; i < nt; i++) order[i] = i;
     invar_engine_config c = cfg_of(32, 256, (700 + MAX_OUT) / 16 + 8, false);
     invar_engine_stats st;
-    run(&c, 0, tg, order, nt, got, &st);
+    run(&c, mode, tg, order, nt, got, &st);
     printf("preempt: %lld preemptions\n", (long long)st.preemptions);
     if (st.preemptions == 0) g_failures++, printf("preempt: none happened: FAILED\n");
-    report("preempt: tiny KV budget, recompute", count_diff(ref, got, nt), nt, 1);
+    report_mode("preempt: tiny KV budget, recompute", mode, count_diff(ref, got, nt), nt);
     free(got);
     free(order);
 }
 
-static void check_score(const req *tg, int nt, const out_t *ref) {
+static void check_score(const req *tg, int nt, const out_t *ref, int mode) {
     invar_engine_config c = cfg_of(1, 512, 1, false);
-    invar_engine *e = engine(&c, 0);
+    invar_engine *e = engine(&c, mode);
     int d = 0;
     for (int i = 0; i < nt; i++) {
         float lp[MAX_OUT];
@@ -310,14 +321,18 @@ static void check_score(const req *tg, int nt, const out_t *ref) {
         d += memcmp(lp, ref[i].lp, sizeof(float) * (size_t)ref[i].n) != 0;
     }
     invar_engine_free(e);
-    report("score: one pass == sampled logprobs", d, nt, 1);
+    report_mode("score: one pass == sampled logprobs", mode, d, nt);
 }
 
-static void check_control(const req *tg, int nt, const req *fill, int mode, const char *name) {
+/* cuBLAS picks its kernels by shape: it differs from its own M = 1 results on Llama-3-8B
+ * widths (test_cuda_gemm shows it), but can agree with itself on small models, so there
+ * it is reported, not required. */
+static void check_cublas(const req *tg, int nt, const req *fill) {
     out_t *ref = calloc((size_t)nt, sizeof *ref);
-    run_alone(tg, nt, mode, ref);
-    int compared = 0, d = batch_trial(tg, nt, ref, fill, 64, 256, mode, &compared);
-    report(name, d, compared, 0);
+    run_alone(tg, nt, 1, ref);
+    int compared = 0, d = batch_trial(tg, nt, ref, fill, 64, 256, 1, &compared);
+    printf("%-44s %5d / %-5d (information: cuBLAS mode, not invariant by design)\n", "cublas: alone vs batch of 64", d,
+           compared);
     free(ref);
 }
 
@@ -381,14 +396,15 @@ int main(int argc, char **argv) {
     req *tg = make_targets(&nt);
     req *fill = make_fillers(256);
     out_t *ref = calloc((size_t)nt, sizeof *ref);
-    run_alone(tg, nt, 0, ref);
-    check_batches(tg, nt, ref, fill, quick ? 7 : 14);
-    check_chunks(tg, nt, ref);
-    check_prefix(tg, nt, ref);
-    check_preempt(tg, nt, ref);
-    check_score(tg, nt, ref);
-    check_control(tg, nt, fill, 2, "control: K chunk follows M (must differ)");
-    check_control(tg, nt, fill, 1, "control: cuBLAS GEMM (must differ)");
+    for (int mode = 0; mode <= 2; mode += 2) { /* invariant, then the negative control */
+        run_alone(tg, nt, mode, ref);
+        check_batches(tg, nt, ref, fill, quick ? 7 : 14, mode);
+        check_chunks(tg, nt, ref, mode);
+        check_prefix(tg, nt, ref, mode);
+        check_preempt(tg, nt, ref, mode);
+        check_score(tg, nt, ref, mode);
+    }
+    check_cublas(tg, nt, fill);
     check_accuracy(tg);
     printf("graphs: not implemented yet (decode runs eagerly)\n");
     printf("%s: %d failure(s)\n", argv[1], g_failures);
