@@ -63,3 +63,7 @@ if(INVAR_TESTS)
            COMMAND test_cuda_engine ${CMAKE_SOURCE_DIR}/models/SmolLM2-135M-Instruct.Q4_1.gguf --quick)
   set_tests_properties(test_cuda_engine PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endif()
+
+# End-to-end GPU benchmark of the engine (bench/cuda/engine/README in bench/cuda/README.md).
+add_executable(bench_engine ${CMAKE_SOURCE_DIR}/bench/cuda/engine/engine_bench.c)
+target_link_libraries(bench_engine PRIVATE invar m)

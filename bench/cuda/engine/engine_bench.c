@@ -1,0 +1,184 @@
+/* End-to-end GPU benchmark of the engine (invar_engine_step: scheduling, forward, sampling,
+ * host traffic included), invariant GEMMs against the engine's own cuBLAS mode.
+ *   prefill: one sequence of T tokens in one step, T = 512, 2048, 8192 (tokens/s)
+ *   decode:  B sequences at context 1024, one token each per step, B = 1..256 (tokens/s)
+ * Medians of repeated steps; device-to-device copy bandwidth measured in the same run gives
+ * the memory bound of one-sequence decode (weight bytes / copy bandwidth).
+ * Usage: bench_engine MODEL.gguf OUT.json */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_testing.h"
+#include "invar.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static invar_model *g_model;
+static uint64_t g_rng = 88172645463325252ULL;
+
+static int32_t *random_ids(int64_t n) {
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        g_rng ^= g_rng << 13;
+        g_rng ^= g_rng >> 7;
+        g_rng ^= g_rng << 17;
+        p[i] = (int32_t)(g_rng % 32000);
+    }
+    return p;
+}
+
+/* One engine for every measurement (the weights are uploaded once); the GEMM mode is
+ * switched between runs. Sized for 256 sequences of 1024 + decode, 8192-token steps. */
+#define MAX_B 256
+#define CTX 1024
+#define STEPS 24
+static invar_engine *make_engine(void) {
+    invar_engine_config c;
+    invar_engine_config_default(&c);
+    c.device = INVAR_DEVICE_CUDA;
+    c.n_threads = 8;
+    c.max_batch = MAX_B;
+    c.max_batch_tokens = 8192;
+    c.kv_blocks = (int64_t)MAX_B * ((CTX + STEPS + 16) / 16 + 1) + 8;
+    c.no_prefix_cache = true;
+    char err[256];
+    invar_engine *e;
+    if (invar_engine_create(g_model, &c, &e, err, sizeof err)) {
+        fprintf(stderr, "engine: %s\n", err);
+        exit(strstr(err, "no usable") ? 77 : 1);
+    }
+    return e;
+}
+
+static void step_ok(invar_engine *e) {
+    if (invar_engine_step(e) < 0) {
+        fprintf(stderr, "step: %s\n", invar_engine_error(e));
+        exit(1);
+    }
+}
+
+static double prefill_tok_s(invar_engine *e, int T) {
+    invar_sampling s;
+    invar_sampling_default(&s);
+    s.max_tokens = 1;
+    int32_t *ids = random_ids(T);
+    double t[6];
+    for (int r = 0; r < 6; r++) {
+        int64_t id = invar_engine_submit(e, ids, T, &s);
+        double t0 = now();
+        step_ok(e); /* the whole prompt in one forward, then its first token */
+        t[r] = now() - t0;
+        invar_engine_release(e, id);
+    }
+    free(ids);
+    return T / median(t + 1, 5); /* the first is a warm-up */
+}
+
+static double decode_tok_s(invar_engine *e, int B, int ctx) {
+    const int steps = STEPS;
+    invar_sampling s;
+    invar_sampling_default(&s);
+    s.max_tokens = steps + 2;
+    s.ignore_eos = true;
+    for (int b = 0; b < B; b++) {
+        int32_t *ids = random_ids(ctx);
+        invar_engine_submit(e, ids, ctx, &s);
+        free(ids);
+    }
+    invar_engine_stats st;
+    invar_engine_get_stats(e, &st);
+    const int64_t gen0 = st.tokens_generated;
+    do { /* prefills until every sequence decodes */
+        step_ok(e);
+        invar_engine_get_stats(e, &st);
+    } while (st.tokens_generated - gen0 < B);
+    step_ok(e); /* warm-up decode step */
+    double t[STEPS];
+    for (int r = 0; r < steps; r++) {
+        double t0 = now();
+        step_ok(e);
+        t[r] = now() - t0;
+    }
+    while (invar_engine_step(e) > 0) {} /* finish them: the next run starts empty */
+    return B / median(t, steps);
+}
+
+/* Device-to-device copy of 2 GiB, bytes read + written per second (median of 5). */
+static double copy_bandwidth(void) {
+    size_t n = (size_t)2 << 30;
+    void *a, *b;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0;
+    cudaMemset(a, 1, n);
+    double t[6];
+    for (int r = 0; r < 6; r++) {
+        cudaDeviceSynchronize();
+        double t0 = now();
+        cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+        cudaDeviceSynchronize();
+        t[r] = now() - t0;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)n / median(t + 1, 5);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_engine MODEL.gguf OUT.json\n");
+        return 2;
+    }
+    char err[256];
+    if (invar_model_load(argv[1], &g_model, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    FILE *f = fopen(argv[2], "w");
+    if (!f) return 1;
+    double bw = copy_bandwidth();
+    printf("device copy bandwidth %.0f GB/s\n", bw / 1e9);
+    fprintf(f, "{\"model\":\"%s\",\"copy_GBps\":%.1f", argv[1], bw / 1e9);
+    static const int Ts[] = {512, 2048, 8192}, Bs[] = {1, 8, 32, 128, 256};
+    double t0 = now();
+    invar_engine *e = make_engine();
+    printf("engine created (weights uploaded) in %.1f s\n", now() - t0);
+    for (int mode = 0; mode < 2; mode++) {
+        const char *tag = mode ? "cublas" : "invariant";
+        if (invar_engine_testing_set_cuda_gemm(e, mode)) return 1; /* 0 invariant, 1 cuBLAS */
+        fprintf(f, ",\"%s\":{", tag);
+        for (int i = 0; i < 3; i++) {
+            double v = prefill_tok_s(e, Ts[i]);
+            printf("%-9s prefill T=%-5d %8.0f tok/s\n", tag, Ts[i], v);
+            fprintf(f, "%s\"prefill_T%d_tok_s\":%.1f", i ? "," : "", Ts[i], v);
+            fflush(stdout);
+        }
+        for (int i = 0; i < 5; i++) {
+            double v = decode_tok_s(e, Bs[i], CTX);
+            printf("%-9s decode  B=%-5d %8.0f tok/s  (%.2f ms/step)\n", tag, Bs[i], v, 1e3 * Bs[i] / v);
+            fprintf(f, ",\"decode_B%d_tok_s\":%.1f", Bs[i], v);
+            fflush(stdout);
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "}\n");
+    fclose(f);
+    invar_engine_free(e);
+    invar_model_free(g_model);
+    return 0;
+}
