@@ -15,7 +15,7 @@ CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidi
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:${CUBLAS_PIP:-}
 dir=/dev/shm
 [ "$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1)" -gt 20 ] 2>/dev/null || dir=/tmp
-M=$dir/invar-bench-llama3-8b-bf16.gguf
+M=$dir/invar-bench-llama3-8b-bf16-ctx16k.gguf
 status=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 t0=$(date +%s)

@@ -48,7 +48,7 @@ def main():
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(a.out, "llama")
     w.add_name("invar-bench-llama3-8b-shape-bf16")
-    w.add_context_length(8192)
+    w.add_context_length(16384)  # Llama-3-8B has 8192; an 8192-token prefill needs one more
     w.add_embedding_length(D)
     w.add_block_count(a.layers)
     w.add_feed_forward_length(F)

@@ -1,7 +1,8 @@
 /* End-to-end GPU benchmark of the engine (invar_engine_step: scheduling, forward, sampling,
  * host traffic included), invariant GEMMs against the engine's own cuBLAS mode.
  *   prefill: one sequence of T tokens in one step, T = 512, 2048, 8192 (tokens/s)
- *   decode:  B sequences at context 1024, one token each per step, B = 1..256 (tokens/s)
+ *   decode:  B sequences at context 1024 (up to 1024 + B/8 for the first admitted, which
+ *            decode while the last prefill), one token each per step, B = 1..256 (tokens/s)
  * Medians of repeated steps; device-to-device copy bandwidth measured in the same run gives
  * the memory bound of one-sequence decode (weight bytes / copy bandwidth).
  * Usage: bench_engine MODEL.gguf OUT.json */
@@ -49,6 +50,7 @@ static int32_t *random_ids(int64_t n) {
 #define MAX_B 256
 #define CTX 1024
 #define STEPS 24
+#define PREFILL_STEPS_MAX (MAX_B * CTX / 8192 + 1)
 static invar_engine *make_engine(void) {
     invar_engine_config c;
     invar_engine_config_default(&c);
@@ -56,7 +58,7 @@ static invar_engine *make_engine(void) {
     c.n_threads = 8;
     c.max_batch = MAX_B;
     c.max_batch_tokens = 8192;
-    c.kv_blocks = (int64_t)MAX_B * ((CTX + STEPS + 16) / 16 + 1) + 8;
+    c.kv_blocks = (int64_t)MAX_B * ((CTX + PREFILL_STEPS_MAX + STEPS + 16) / 16 + 1) + 8;
     c.no_prefix_cache = true;
     char err[256];
     invar_engine *e;
@@ -91,24 +93,29 @@ static double prefill_tok_s(invar_engine *e, int T) {
     return T / median(t + 1, 5); /* the first is a warm-up */
 }
 
+/* Every sequence's first token; the earliest may have decoded a few more meanwhile. */
+static bool all_started(invar_engine *e, const int64_t *ids, int B) {
+    for (int b = 0; b < B; b++) {
+        invar_result r;
+        if (invar_engine_result(e, ids[b], &r) || r.n_tokens == 0) return false;
+    }
+    return true;
+}
+
 static double decode_tok_s(invar_engine *e, int B, int ctx) {
     const int steps = STEPS;
     invar_sampling s;
     invar_sampling_default(&s);
-    s.max_tokens = steps + 2;
+    s.max_tokens = PREFILL_STEPS_MAX + steps + 2; /* none finishes before the timed steps end */
     s.ignore_eos = true;
+    int64_t ids[MAX_B];
     for (int b = 0; b < B; b++) {
-        int32_t *ids = random_ids(ctx);
-        invar_engine_submit(e, ids, ctx, &s);
-        free(ids);
+        int32_t *p = random_ids(ctx);
+        ids[b] = invar_engine_submit(e, p, ctx, &s);
+        free(p);
     }
-    invar_engine_stats st;
-    invar_engine_get_stats(e, &st);
-    const int64_t gen0 = st.tokens_generated;
-    do { /* prefills until every sequence decodes */
-        step_ok(e);
-        invar_engine_get_stats(e, &st);
-    } while (st.tokens_generated - gen0 < B);
+    do step_ok(e); /* prefills (8 sequences a step) until every sequence decodes */
+    while (!all_started(e, ids, B));
     step_ok(e); /* warm-up decode step */
     double t[STEPS];
     for (int r = 0; r < steps; r++) {
@@ -116,7 +123,8 @@ static double decode_tok_s(invar_engine *e, int B, int ctx) {
         step_ok(e);
         t[r] = now() - t0;
     }
-    while (invar_engine_step(e) > 0) {} /* finish them: the next run starts empty */
+    for (int b = 0; b < B; b++) invar_engine_cancel(e, ids[b]); /* the next run starts empty */
+    for (int b = 0; b < B; b++) invar_engine_release(e, ids[b]);
     return B / median(t, steps);
 }
 
