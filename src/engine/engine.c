@@ -480,6 +480,8 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
 
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { return backend_cpu_set_matmul(e->be, fn); }
 
+struct backend *invar_engine_testing_backend(invar_engine *e) { return e->be; }
+
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
     return backend_cuda_set_gemm_mode(e->be, (backend_gemm_mode)mode);
 }

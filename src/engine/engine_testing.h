@@ -6,6 +6,9 @@
 
 /* Swaps the CPU backend's matmul; -1 for an engine on another device. */
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn);
+/* The engine's backend, for test hooks that live in the backends (backend.h). */
+struct backend;
+struct backend *invar_engine_testing_backend(invar_engine *e);
 /* Sets the CUDA backend's GEMM (backend.h: backend_gemm_mode); -1 for another device. */
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
