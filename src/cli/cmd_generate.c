@@ -1,4 +1,5 @@
 /* invar generate: one prompt, text streamed to stdout as it is produced. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,14 +20,23 @@ static const char *HELP =
     "  --verbose              print token counts and speed to stderr\n"
     CLI_ENGINE_HELP;
 
+typedef struct {
+    const invar_model *m;
+    invar_engine *e;
+    bool write_failed;
+} stream_ctx;
+
 static void stream_token(void *user, int64_t id, const invar_token_info *tok) {
-    (void)id;
-    const invar_model *m = user;
-    if (invar_token_is_eog(m, tok->token)) return;
+    stream_ctx *c = user;
+    if (c->write_failed || invar_token_is_eog(c->m, tok->token)) return;
     char buf[256];
-    int n = invar_token_bytes(m, tok->token, buf, sizeof buf);
+    int n = invar_token_bytes(c->m, tok->token, buf, sizeof buf);
     if (n > 0 && n <= (int)sizeof buf) fwrite(buf, 1, (size_t)n, stdout);
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "\ninvar generate: cannot write standard output: %s\n", strerror(errno));
+        c->write_failed = true; /* nobody can read the rest: stop generating it */
+        invar_engine_cancel(c->e, id);
+    }
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -87,7 +97,8 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "invar generate: %s\n", j.prompt ? err : "tokenization failed");
         rc = EXIT_USAGE;
     } else {
-        invar_engine_set_callback(e, stream_token, m);
+        stream_ctx sc = {m, e, false};
+        invar_engine_set_callback(e, stream_token, &sc);
         double t0 = now_seconds();
         int64_t id = invar_engine_submit(e, j.prompt, j.n_prompt, &s);
         int left = 1;
@@ -96,11 +107,14 @@ int cmd_generate(int argc, char **argv) {
         if (id < 0 || left < 0 || invar_engine_result(e, id, &r)) {
             fprintf(stderr, "\ninvar generate: %s\n", left < 0 ? invar_engine_error(e) : "out of memory");
             rc = EXIT_IO;
+        } else if (sc.write_failed) {
+            rc = EXIT_IO;
         } else if (r.finish == INVAR_FINISH_ERROR) {
             fprintf(stderr, "invar generate: %s\n", r.error);
             rc = EXIT_REQUEST_ERRORS;
         } else {
             fputc('\n', stdout);
+            if (cli_finish_output(stdout, "generate", "standard output")) rc = EXIT_IO;
             if (verbose)
                 fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f s, finish=%s]\n", (long long)j.n_prompt,
                         (long long)r.n_tokens, now_seconds() - t0, r.finish == INVAR_FINISH_STOP ? "stop" : "length");

@@ -151,3 +151,30 @@ def test_logits_chunking_does_not_change_bits(tmp_path: Path):
         assert p.returncode == 0, p.stderr
         outs.append(f.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_batch_output_that_cannot_be_opened():
+    # Issue 13 #1: this used to segfault (fclose on the NULL a failed fopen left).
+    p = run(["batch", "--model", str(DEFAULT_MODEL), "--output", "/nonexistent/dir/x"],
+            stdin=json.dumps(REQUESTS[0]) + "\n")
+    assert p.returncode == 4, (p.returncode, p.stderr)
+    assert "cannot open output '/nonexistent/dir/x'" in p.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_write_errors_exit_non_zero():
+    # Issue 13 #9: results written to a full disk were lost with exit status 0.
+    req = json.dumps({"prompt": "hi", "max_tokens": 2}) + "\n"
+    model = ["--model", str(DEFAULT_MODEL)]
+    p = run(["batch", *model, "--output", "/dev/full"], stdin=req)
+    assert p.returncode == 4 and "cannot write /dev/full" in p.stderr, p.stderr
+    p = run(["logits", *model, "--tokens", "1,2", "--out", "/dev/full"])
+    assert p.returncode == 4 and "cannot write /dev/full" in p.stderr, p.stderr
+    # The same when the output is standard output.
+    for args, stdin in ((["batch", *model], req), (["generate", *model, "--max-tokens", "2", "hi"], None),
+                        (["tokenize", *model, "hi"], None), (["score", *model, "a", "b"], None)):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([str(INVAR_BIN), *args], input=stdin, stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=600)
+        assert p.returncode == 4, (args, p.returncode, p.stderr)
+        assert "cannot write standard output" in p.stderr, (args, p.stderr)
