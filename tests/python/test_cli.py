@@ -3,6 +3,7 @@ bitwise invariance of results across --max-batch, --threads and request order.""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 from pathlib import Path
@@ -178,3 +179,13 @@ def test_write_errors_exit_non_zero():
                                text=True, timeout=600)
         assert p.returncode == 4, (args, p.returncode, p.stderr)
         assert "cannot write standard output" in p.stderr, (args, p.stderr)
+
+
+def test_model_that_is_not_a_regular_file(tmp_path: Path):
+    # Issue 13 #8: a FIFO as --model hung forever in open() waiting for a writer.
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    p = run(["generate", "--model", str(fifo), "hi"], timeout=30)
+    assert p.returncode == 3 and "is a FIFO, not a regular file" in p.stderr, p.stderr
+    p = run(["generate", "--model", str(tmp_path), "hi"], timeout=30)
+    assert p.returncode == 3 and "is a directory" in p.stderr, p.stderr

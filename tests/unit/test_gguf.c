@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "formats/gguf.h"
@@ -416,6 +418,39 @@ static void test_open_file_mmap(void **state) {
     free(b.p);
 }
 
+/* A FIFO (or any non-regular file) is rejected at once: opening one used to block forever
+ * waiting for a writer. Run in a child with an alarm so a regression fails instead of hanging. */
+static void test_open_rejects_fifo_without_blocking(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_fifo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        gguf_file *f = (gguf_file *)1;
+        char err[512];
+        int rc = gguf_open(path, &f, err, sizeof err);
+        _exit(rc == GGUF_ERR_FORMAT && f == NULL && strstr(err, "FIFO") && strstr(err, "not a regular file") ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    unlink(path);
+    rmdir(dir);
+    if (WIFSIGNALED(status)) fail_msg("gguf_open on a FIFO did not return (signal %d)", WTERMSIG(status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    gguf_file *f = (gguf_file *)1;
+    char err[512];
+    int rc = gguf_open("/dev/null", &f, err, sizeof err);
+    assert_one_line_error(rc, f, err);
+    assert_non_null(strstr(err, "character device"));
+}
+
 /* ---- corrupted files ------------------------------------------------------------------- */
 
 static void test_every_truncation_fails(void **state) {
@@ -734,6 +769,7 @@ int main(void) {
         cmocka_unit_test(test_full_file_tensors),
         cmocka_unit_test(test_v2_and_default_alignment),
         cmocka_unit_test(test_open_file_mmap),
+        cmocka_unit_test(test_open_rejects_fifo_without_blocking),
         cmocka_unit_test(test_every_truncation_fails),
         cmocka_unit_test(test_byte_flips),
         cmocka_unit_test(test_error_without_buffer),
