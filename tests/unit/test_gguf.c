@@ -589,6 +589,44 @@ static buf one_tensor(const char *name, uint32_t n_dims, const uint64_t *ne, uin
     return b;
 }
 
+/* general.alignment 1 and one tensor whose data starts at absolute file offset `at`
+ * (at >= the end of the tensor info); returns the buffer. */
+static buf align1_tensor(uint32_t type, uint64_t ne0, uint64_t at) {
+    buf b = {0};
+    put_header(&b, 3, 1, 1);
+    put_key(&b, "general.alignment", GGUF_T_UINT32), put_u32(&b, 1);
+    size_t info_end = b.n + 8 + 1 + 4 + 8 + 4 + 8; /* name "t", 1 dim, type, offset */
+    assert_true(at >= info_end);
+    put_tensor_info(&b, "t", 1, &ne0, type, at - info_end);
+    assert_int_equal(b.n, info_end);
+    while (b.n < at + quant_row_bytes(type, (int64_t)ne0)) put_u8(&b, 0);
+    return b;
+}
+
+/* Issue 13 #7: general.alignment 1 let a Q8_0 tensor start at an odd address (UBSan:
+ * misaligned block_q8_0 in matmul.c). Each tensor must start where its type can be read. */
+static void test_alignment_one_needs_aligned_tensors(void **state) {
+    (void)state;
+    gguf_file *f;
+    char err[256];
+    buf b = align1_tensor(INVAR_T_Q8_0, 32, 96); /* alignment 1 is fine where blocks line up */
+    assert_int_equal(gguf_open_memory(b.p, b.n, &f, err, sizeof err), 0);
+    assert_int_equal(gguf_alignment(f), 1);
+    assert_int_equal((uintptr_t)gguf_get_tensor(f, 0)->data % 2, 0);
+    walk(f);
+    gguf_close(f);
+    free(b.p);
+    b = align1_tensor(INVAR_T_Q8_0, 32, 97);
+    expect_error(&b, "not aligned to the 2 bytes Q8_0 needs (general.alignment 1)");
+    free(b.p);
+    b = align1_tensor(INVAR_T_F32, 4, 98);
+    expect_error(&b, "data at file offset 98 is not aligned to the 4 bytes F32 needs");
+    free(b.p);
+    b = align1_tensor(INVAR_T_Q4_K, 256, 99);
+    expect_error(&b, "Q4_K needs");
+    free(b.p);
+}
+
 static void test_hostile_tensors(void **state) {
     (void)state;
     uint64_t ne[5] = {32, 2, 1, 1, 1};
@@ -775,6 +813,7 @@ int main(void) {
         cmocka_unit_test(test_error_without_buffer),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_hostile_tensors),
+        cmocka_unit_test(test_alignment_one_needs_aligned_tensors),
         cmocka_unit_test(test_seed_corpus),
         cmocka_unit_test(test_default_model),
     };
