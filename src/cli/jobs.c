@@ -17,7 +17,9 @@ static int collect(invar_engine *e, int64_t id, job *j) {
     if (r.error) j->error = strdup(r.error);
     j->n_toks = r.n_tokens;
     j->toks = malloc(sizeof *j->toks * (size_t)(r.n_tokens ? r.n_tokens : 1));
-    if (j->toks) memcpy(j->toks, r.tokens, sizeof *j->toks * (size_t)r.n_tokens);
+    /* A rejected request has no tokens and r.tokens may be NULL: memcpy from NULL is UB
+     * even for 0 bytes. */
+    if (j->toks && r.n_tokens > 0) memcpy(j->toks, r.tokens, sizeof *j->toks * (size_t)r.n_tokens);
     invar_engine_release(e, id);
     return 1;
 }
