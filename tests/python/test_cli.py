@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +191,50 @@ def test_model_that_is_not_a_regular_file(tmp_path: Path):
     assert p.returncode == 3 and "is a FIFO, not a regular file" in p.stderr, p.stderr
     p = run(["generate", "--model", str(tmp_path), "hi"], timeout=30)
     assert p.returncode == 3 and "is a directory" in p.stderr, p.stderr
+
+
+GGUF_U32, GGUF_I32, GGUF_F32 = 4, 5, 6
+
+
+def patched_model(src: Path, dst: Path, key: str, vtype: int, value) -> Path:
+    """A copy of src with the 4-byte scalar metadata value `key` rewritten in place as
+    type vtype (u32 / i32 / f32): same file layout, so only that value changes."""
+    data = bytearray(src.read_bytes())
+    k = key.encode()
+    at = data.find(struct.pack("<Q", len(k)) + k)
+    assert at >= 0, key
+    t = at + 8 + len(k)
+    assert struct.unpack_from("<I", data, t)[0] in (GGUF_U32, GGUF_I32, GGUF_F32), key
+    fmt = {GGUF_U32: "<I", GGUF_I32: "<i", GGUF_F32: "<f"}[vtype]
+    struct.pack_into("<I" + fmt[1], data, t, vtype, value)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+BAD_METADATA = [  # issue 13 #6: every hyperparameter that sizes an allocation is bounded
+    ("llama.context_length", GGUF_U32, 1 << 25, "context_length = 33554432 is outside the supported range [1, 1048576]"),
+    ("llama.context_length", GGUF_I32, -1, "context_length = -1 is outside"),
+    ("llama.context_length", GGUF_U32, 0, "context_length = 0 is outside"),
+    ("llama.context_length", GGUF_F32, 4096.0, "context_length is not an integer"),
+    ("llama.block_count", GGUF_U32, 1 << 31, "block_count = 2147483648 is outside"),
+    ("llama.embedding_length", GGUF_I32, -128, "embedding_length = -128 is outside"),
+    ("llama.feed_forward_length", GGUF_U32, 1 << 30, "feed_forward_length = 1073741824 is outside"),
+    ("llama.attention.head_count", GGUF_U32, 1 << 20, "head_count = 1048576 is outside"),
+    ("llama.attention.head_count_kv", GGUF_U32, 8, "head_count_kv = 8 is outside the supported range [1, 4]"),
+    ("llama.rope.dimension_count", GGUF_U32, 1 << 30, "rope.dimension_count = 1073741824 is outside"),
+    ("llama.rope.freq_base", GGUF_F32, float("nan"), "rope.freq_base = nan is outside"),
+    ("llama.attention.layer_norm_rms_epsilon", GGUF_F32, -1.0, "layer_norm_rms_epsilon = -1 is outside"),
+]
+
+
+def test_metadata_sizes_are_bounded(synthetic_model, tmp_path: Path):
+    base = synthetic_model("llama-tied-Q4_1")
+    p = run(["tokenize", "--model", str(base), "hi"])
+    assert p.returncode == 0, p.stderr  # the unpatched file loads
+    for i, (key, vtype, value, want) in enumerate(BAD_METADATA):
+        m = patched_model(base, tmp_path / f"bad{i}.gguf", key, vtype, value)
+        t0 = time.monotonic()
+        p = run(["tokenize", "--model", str(m), "hi"], timeout=120)
+        assert p.returncode == 3 and want in p.stderr, (key, value, p.returncode, p.stderr)
+        assert time.monotonic() - t0 < 30, (key, value)  # refused before anything big is built
+        m.unlink()
