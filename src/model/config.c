@@ -7,10 +7,8 @@
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 
-/* "<arch>.<suffix>" */
-static const char *arch_key(char *key, size_t cap, const char *arch, const char *suffix) {
+static void arch_key(char *key, size_t cap, const char *arch, const char *suffix) {
     snprintf(key, cap, "%s.%s", arch, suffix);
-    return key;
 }
 
 /* An integer hyperparameter in [lo, hi]. Absent: *out = def, or an error when required.
@@ -20,12 +18,13 @@ static int read_int(const gguf_file *f, const char *arch, const char *suffix, in
                     bool required, int64_t def, int64_t *out, char *err, size_t errlen) {
     char key[128];
     arch_key(key, sizeof key, arch, suffix);
-    if (gguf_find_key(f, key) < 0) {
+    int64_t at = gguf_find_key(f, key);
+    if (at < 0) {
         if (required) FAIL("missing %s", key);
         *out = def;
         return 0;
     }
-    if (!gguf_get_i64(f, key, out)) FAIL("%s is not an integer (type %s)", key, gguf_type_name(gguf_kv_type(f, gguf_find_key(f, key))));
+    if (!gguf_get_i64(f, key, out)) FAIL("%s is not an integer (type %s)", key, gguf_type_name(gguf_kv_type(f, at)));
     if (*out < lo || *out > hi)
         FAIL("%s = %lld is outside the supported range [%lld, %lld]", key, (long long)*out, (long long)lo, (long long)hi);
     return 0;
@@ -41,7 +40,8 @@ static int read_float(const gguf_file *f, const char *arch, const char *suffix, 
         return 0;
     }
     if (!gguf_get_f32(f, key, out)) FAIL("%s is not a float", key);
-    if (!isfinite(*out) || *out < lo || *out > hi) FAIL("%s = %g is outside [%g, %g]", key, (double)*out, (double)lo, (double)hi);
+    if (!isfinite(*out) || *out < lo || *out > hi)
+        FAIL("%s = %g is outside [%g, %g]", key, (double)*out, (double)lo, (double)hi);
     return 0;
 }
 
@@ -62,7 +62,8 @@ static int read_dims(const gguf_file *f, model_config *c, char *err, size_t errl
         return -1;
     if (c->head_dim < 2 || c->head_dim > MODEL_MAX_HEAD_DIM || c->head_dim % 2)
         FAIL("unsupported head dim %lld (even, 2 to %d)", (long long)c->head_dim, MODEL_MAX_HEAD_DIM);
-    if (read_int(f, a, "attention.value_length", 2, MODEL_MAX_HEAD_DIM, false, c->head_dim, &vlen, err, errlen)) return -1;
+    if (read_int(f, a, "attention.value_length", 2, MODEL_MAX_HEAD_DIM, false, c->head_dim, &vlen, err, errlen))
+        return -1;
     if (vlen != c->head_dim) FAIL("value_length != key_length is not supported");
     if (read_int(f, a, "rope.dimension_count", 2, c->head_dim, false, c->head_dim, &c->n_rot, err, errlen)) return -1;
     if (c->n_rot % 2) FAIL("bad rope.dimension_count %lld (must be even)", (long long)c->n_rot);
