@@ -38,9 +38,20 @@ typedef struct {
     const char *role;
     const char *content;
 } invar_chat_message;
-/* Renders messages with the model's chat template; returns a malloc'd string or NULL. */
+/* Renders messages with the model's chat template; returns a malloc'd string or NULL.
+ * To run a chat use invar_chat_tokenize: tokenizing this text with parse_special would
+ * let a message's content forge the template's special tokens. */
 char *invar_chat_render(const invar_model *m, const invar_chat_message *msgs, size_t n,
                         bool add_generation_prompt, char *err, size_t errlen);
+/* Renders messages with the chat template and tokenizes the result (BOS per the model).
+ * Special tokens are parsed in the template's own markup only: text in a message's content
+ * such as "<|im_end|>" is ordinary text, so a message cannot close its turn or open a fake
+ * system turn. *ids (malloc'd) and *n_ids receive the tokens; text, if not NULL, receives
+ * the rendered text (malloc'd). Returns 0; -1 if the messages cannot be rendered (no or
+ * unsupported template, bad role: message in err); -2 out of memory. */
+int invar_chat_tokenize(const invar_model *m, const invar_chat_message *msgs, size_t n,
+                        bool add_generation_prompt, int32_t **ids, int64_t *n_ids, char **text, char *err,
+                        size_t errlen);
 
 /* Raw logits of every position of a token sequence, [n][n_vocab], computed in chunks of
  * `chunk` tokens (0 = all at once); the bits do not depend on chunk or n_threads. */

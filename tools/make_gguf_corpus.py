@@ -145,6 +145,18 @@ def raw(n_tensors, kvs, infos, data=b"", version=3, pad=32):
     return body + b"\0" * (-len(body) % pad) + data
 
 
+def align1_tensor(tname, ne, odd):
+    """general.alignment 1 and one tensor placed at an odd (or, odd=False, 4-aligned) file
+    offset: alignment 1 is legal, a block read at an odd address is not."""
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + kv("general.alignment", U32, 1)
+    end = len(head) + len(tensor_info("t", ne, TYPES[tname][0], 0))
+    off = (1 - end % 2) if odd else (-end % 4)
+    n = 1
+    for d in ne:
+        n *= d
+    return head + tensor_info("t", ne, TYPES[tname][0], off) + b"\0" * off + tensor_data(random.Random(0), tname, n)
+
+
 def corpus():
     rng = random.Random(1234)
     c = {}
@@ -179,6 +191,8 @@ def corpus():
     c["broken_alignment_3"] = raw(0, [kv("general.alignment", U32, 3)], [])
     c["broken_alignment_0"] = raw(0, [kv("general.alignment", U32, 0)], [])
     c["broken_alignment_str"] = raw(0, [kv("general.alignment", STR, "32")], [])
+    c["broken_alignment_1_odd_q8_0"] = align1_tensor("Q8_0", [32, 2], odd=True)
+    c["valid_alignment_1_even_q8_0"] = align1_tensor("Q8_0", [32, 2], odd=False)
     f32x4 = struct.pack("<4f", 1, 2, 3, 4)
     c["broken_ndims5"] = raw(1, [], [tensor_info("t", [4, 1, 1, 1, 1], 0, 0)], f32x4)
     c["broken_unknown_type"] = raw(1, [], [tensor_info("t", [4], 4, 0)], f32x4)

@@ -41,6 +41,11 @@ char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_
 /* Replaces invalid UTF-8 with U+FFFD; malloc'd. */
 char *utf8_sanitize(const char *s, size_t len);
 
+/* Ends writing to f: flushes it (buffered writes fail only then), checks its error flag,
+ * and closes it unless it is stdout. Prints "invar CMD: cannot write NAME: reason" and
+ * returns -1 if any byte written to f may have been lost. */
+int cli_finish_output(FILE *f, const char *cmd, const char *name);
+
 /* float32 printed with the fewest digits that read back to the same float. */
 void format_f32(char *buf, size_t cap, float v);
 

@@ -183,6 +183,19 @@ char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_
     return clean;
 }
 
+int cli_finish_output(FILE *f, const char *cmd, const char *name) {
+    errno = 0;
+    bool bad = fflush(f) != 0 || ferror(f);
+    int saved = errno;
+    if (f != stdout && fclose(f) != 0 && !bad) {
+        bad = true;
+        saved = errno;
+    }
+    if (!bad) return 0;
+    fprintf(stderr, "invar %s: cannot write %s: %s\n", cmd, name, saved ? strerror(saved) : "write error");
+    return -1;
+}
+
 void format_f32(char *buf, size_t cap, float v) {
     if (!isfinite(v)) {
         snprintf(buf, cap, v < 0 ? "-1e309" : "1e309"); /* JSON has no inf: read back as +-inf */

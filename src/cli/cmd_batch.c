@@ -1,4 +1,5 @@
 /* invar batch: JSONL requests in, JSONL results out (in input order). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,8 +9,9 @@ static const char *HELP =
     "usage: invar batch [options] [--input FILE] [--output FILE]\n"
     "\n"
     "Reads one JSON request per line and writes one JSON result per line, in input order.\n"
-    "Request fields: id (echoed), prompt (text, special tokens parsed) or messages\n"
-    "([{role, content}], the model's chat template applied), max_tokens (default 64),\n"
+    "Request fields: id (echoed), prompt (text; special tokens such as <|im_start|> parsed\n"
+    "unless parse_special is false) or messages ([{role, content}], the model's chat template\n"
+    "applied; special tokens only in the template's markup, never in contents), max_tokens (default 64),\n"
     "temperature (default 0 = greedy), top_k, top_p, min_p, seed, logprobs (number of top\n"
     "alternatives per token, 0-20), ignore_eos (keep generating past end-of-text).\n"
     "Result fields: id, token_ids, logprobs (float32, printed to round-trip exactly), text,\n"
@@ -36,25 +38,36 @@ typedef struct {
     int64_t *valid_to_all;
     job *valid;
     bool timing;
+    const char *out_name;
+    bool write_failed;         /* a result was lost: nothing more is written */
 } batch_ctx;
+
+static void write_failed(batch_ctx *c, int err) {
+    if (c->write_failed) return;
+    c->write_failed = true;
+    fprintf(stderr, "invar batch: cannot write %s: %s\n", c->out_name, err ? strerror(err) : "out of memory");
+}
 
 static void flush_ready(batch_ctx *c) {
     while (c->next_out < c->n && c->done[c->next_out]) {
         int64_t i = c->next_out++;
+        if (c->write_failed) continue;
         char *s = result_to_json(c->m, c->ids[i], &c->jobs[i], c->lines[i], c->timing);
-        if (s) fprintf(c->out, "%s\n", s);
+        errno = 0;
+        /* Flushed per line so results stream; a full disk shows up here, not at exit. */
+        if (!s || fprintf(c->out, "%s\n", s) < 0 || fflush(c->out) != 0) write_failed(c, s ? errno : 0);
         free(s);
-        fflush(c->out);
     }
 }
 
-static void on_done(void *user, int64_t vi) {
+static int on_done(void *user, int64_t vi) {
     batch_ctx *c = user;
     int64_t i = c->valid_to_all[vi];
     c->jobs[i] = c->valid[vi]; /* ownership moves back */
     memset(&c->valid[vi], 0, sizeof c->valid[vi]);
     c->done[i] = 1;
     flush_ready(c);
+    return c->write_failed; /* stop generating results that cannot be written */
 }
 
 static int read_requests(batch_ctx *c, FILE *in) {
@@ -132,11 +145,16 @@ int cmd_batch(int argc, char **argv) {
     if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
     int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;
     if (in != stdin) fclose(in);
-    if (rc == EXIT_OK && out_path && !(out = fopen(out_path, "w"))) {
-        fprintf(stderr, "invar batch: cannot open output '%s'\n", out_path);
-        rc = EXIT_IO;
+    if (rc == EXIT_OK && out_path) {
+        FILE *f = fopen(out_path, "w");
+        if (f) out = f; /* out stays stdout on failure: it is closed below unless stdout */
+        else {
+            fprintf(stderr, "invar batch: cannot open output '%s': %s\n", out_path, strerror(errno));
+            rc = EXIT_IO;
+        }
     }
     c.out = out;
+    c.out_name = out_path ? out_path : "standard output";
     c.done = calloc((size_t)c.n + 1, 1);
     c.valid_to_all = malloc(sizeof(int64_t) * ((size_t)c.n + 1));
     job *valid = malloc(sizeof(job) * ((size_t)c.n + 1));
@@ -150,10 +168,11 @@ int cmd_batch(int argc, char **argv) {
         flush_ready(&c);
         /* Results stream out in input order as soon as a prefix of requests is done. */
         c.valid = valid;
-        if (run_jobs(c.m, &cfg, valid, nv, NULL, on_done, &c)) rc = EXIT_IO;
+        if (run_jobs(c.m, &cfg, valid, nv, NULL, on_done, &c) < 0) rc = EXIT_IO;
         for (int64_t v = 0; v < nv; v++)
             if (!c.done[c.valid_to_all[v]]) c.jobs[c.valid_to_all[v]] = valid[v];
         flush_ready(&c);
+        if (c.write_failed) rc = EXIT_IO;
         for (int64_t i = 0; i < c.n && rc == EXIT_OK; i++)
             if (c.jobs[i].finish == INVAR_FINISH_ERROR) rc = EXIT_REQUEST_ERRORS;
     }
@@ -167,7 +186,12 @@ int cmd_batch(int argc, char **argv) {
     free(c.lines);
     free(c.done);
     free(c.valid_to_all);
-    if (out != stdout) fclose(out);
+    /* Reported once: a failure flush_ready already printed is not printed again. */
+    if (c.write_failed) {
+        if (out != stdout) fclose(out);
+    } else if (cli_finish_output(out, "batch", c.out_name)) {
+        rc = EXIT_IO;
+    }
     invar_model_free(c.m);
     return rc;
 }

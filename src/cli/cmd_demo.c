@@ -34,12 +34,11 @@ static int prepare(const invar_model *m, job *jobs, int32_t max_tokens) {
     char err[256];
     for (int64_t i = 0; i < 2 * N_PROMPTS; i++) {
         invar_chat_message msg = {"user", PROMPTS[i % N_PROMPTS]};
-        char *text = invar_chat_render(m, &msg, 1, true, err, sizeof err);
-        if (!text) { fprintf(stderr, "invar demo: %s\n", err); return -1; }
         memset(&jobs[i], 0, sizeof jobs[i]);
-        jobs[i].prompt = tokenize_alloc(m, text, &jobs[i].n_prompt);
-        free(text);
-        if (!jobs[i].prompt) return -1;
+        if (invar_chat_tokenize(m, &msg, 1, true, &jobs[i].prompt, &jobs[i].n_prompt, NULL, err, sizeof err)) {
+            fprintf(stderr, "invar demo: %s\n", err);
+            return -1;
+        }
         invar_sampling_default(&jobs[i].samp);
         jobs[i].samp.max_tokens = max_tokens;
         if (i >= N_PROMPTS) { /* second half: sampled with a per-request seed */

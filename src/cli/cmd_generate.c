@@ -1,4 +1,5 @@
 /* invar generate: one prompt, text streamed to stdout as it is produced. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,26 +13,38 @@ static const char *HELP =
     "options:\n"
     "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
     "  --chat                 treat PROMPT as a user message and apply the chat template\n"
+    "                         (special-token text in PROMPT and --system is then plain text)\n"
     "  --system TEXT          system message (with --chat)\n"
+    "  --no-special           without --chat: text like <|im_start|> in PROMPT is plain text,\n"
+    "                         not the special token (the default parses it)\n"
     "  --max-tokens N         tokens to generate (default 128)\n"
     "  --temperature T        0 = greedy (default 0)\n"
     "  --top-k N, --top-p P, --min-p P, --seed S   sampling controls\n"
     "  --verbose              print token counts and speed to stderr\n"
     CLI_ENGINE_HELP;
 
+typedef struct {
+    const invar_model *m;
+    invar_engine *e;
+    bool write_failed;
+} stream_ctx;
+
 static void stream_token(void *user, int64_t id, const invar_token_info *tok) {
-    (void)id;
-    const invar_model *m = user;
-    if (invar_token_is_eog(m, tok->token)) return;
+    stream_ctx *c = user;
+    if (c->write_failed || invar_token_is_eog(c->m, tok->token)) return;
     char buf[256];
-    int n = invar_token_bytes(m, tok->token, buf, sizeof buf);
+    int n = invar_token_bytes(c->m, tok->token, buf, sizeof buf);
     if (n > 0 && n <= (int)sizeof buf) fwrite(buf, 1, (size_t)n, stdout);
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "\ninvar generate: cannot write standard output: %s\n", strerror(errno));
+        c->write_failed = true; /* nobody can read the rest: stop generating it */
+        invar_engine_cancel(c->e, id);
+    }
 }
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *system = NULL;
-    bool chat = false, verbose = false;
+    bool chat = false, verbose = false, special = true;
     invar_sampling s;
     invar_sampling_default(&s);
     s.max_tokens = 128;
@@ -43,6 +56,7 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
         if (!strcmp(a, "--chat")) { chat = true; continue; }
         if (!strcmp(a, "--verbose")) { verbose = true; continue; }
+        if (!strcmp(a, "--no-special")) { special = false; continue; }
         if (strncmp(a, "--", 2)) {
             if (prompt) { fprintf(stderr, "invar generate: more than one prompt given\n"); return EXIT_USAGE; }
             prompt = a;
@@ -69,25 +83,25 @@ int cmd_generate(int argc, char **argv) {
     if (!prompt) { fprintf(stderr, "invar generate: no prompt given (see --help)\n"); return EXIT_USAGE; }
     invar_model *m = cli_load_model(model_path);
     if (!m) return EXIT_MODEL;
-    char err[256];
-    char *text = NULL;
-    if (chat) {
-        invar_chat_message msgs[2] = {{"system", system}, {"user", prompt}};
-        text = system ? invar_chat_render(m, msgs, 2, true, err, sizeof err)
-                      : invar_chat_render(m, msgs + 1, 1, true, err, sizeof err);
-        if (!text) { fprintf(stderr, "invar generate: %s\n", err); invar_model_free(m); return EXIT_USAGE; }
-    }
+    char err[256] = "tokenization failed";
     job j = {0};
     j.samp = s;
-    j.prompt = tokenize_alloc(m, text ? text : prompt, &j.n_prompt);
-    free(text);
+    if (chat) {
+        invar_chat_message msgs[2] = {{"system", system}, {"user", prompt}};
+        int r = invar_chat_tokenize(m, system ? msgs : msgs + 1, system ? 2 : 1, true, &j.prompt, &j.n_prompt, NULL,
+                                    err, sizeof err);
+        if (r == -1) { fprintf(stderr, "invar generate: %s\n", err); invar_model_free(m); return EXIT_USAGE; }
+    } else {
+        j.prompt = tokenize_alloc(m, prompt, special, &j.n_prompt);
+    }
     int rc = EXIT_OK;
     invar_engine *e = NULL;
     if (!j.prompt || invar_engine_create(m, &cfg, &e, err, sizeof err)) {
-        fprintf(stderr, "invar generate: %s\n", j.prompt ? err : "tokenization failed");
+        fprintf(stderr, "invar generate: %s\n", err);
         rc = EXIT_USAGE;
     } else {
-        invar_engine_set_callback(e, stream_token, m);
+        stream_ctx sc = {m, e, false};
+        invar_engine_set_callback(e, stream_token, &sc);
         double t0 = now_seconds();
         int64_t id = invar_engine_submit(e, j.prompt, j.n_prompt, &s);
         int left = 1;
@@ -96,11 +110,14 @@ int cmd_generate(int argc, char **argv) {
         if (id < 0 || left < 0 || invar_engine_result(e, id, &r)) {
             fprintf(stderr, "\ninvar generate: %s\n", left < 0 ? invar_engine_error(e) : "out of memory");
             rc = EXIT_IO;
+        } else if (sc.write_failed) {
+            rc = EXIT_IO;
         } else if (r.finish == INVAR_FINISH_ERROR) {
             fprintf(stderr, "invar generate: %s\n", r.error);
             rc = EXIT_REQUEST_ERRORS;
         } else {
             fputc('\n', stdout);
+            if (cli_finish_output(stdout, "generate", "standard output")) rc = EXIT_IO;
             if (verbose)
                 fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f s, finish=%s]\n", (long long)j.n_prompt,
                         (long long)r.n_tokens, now_seconds() - t0, r.finish == INVAR_FINISH_STOP ? "stop" : "length");

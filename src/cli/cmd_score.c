@@ -87,6 +87,7 @@ int cmd_score(int argc, char **argv) {
             printf(i ? ",%s" : "%s", buf);
         }
         printf("]}\n");
+        if (cli_finish_output(stdout, "score", "standard output")) rc = EXIT_IO;
     }
     free(lp);
     free(ids[0]);

@@ -1,4 +1,5 @@
 /* invar tokenize / invar logits: inspection commands used by the reference tests. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@ int cmd_tokenize(int argc, char **argv) {
     printf("\n");
     free(ids);
     invar_model_free(m);
+    if (cli_finish_output(stdout, "tokenize", "standard output")) return EXIT_IO;
     return n < 0 ? EXIT_USAGE : EXIT_OK;
 }
 
@@ -101,11 +103,18 @@ int cmd_logits(int argc, char **argv) {
         rc = EXIT_USAGE;
     } else {
         FILE *f = fopen(out_path, "wb");
-        if (!f || fwrite(logits, sizeof(float), (size_t)(n * V), f) != (size_t)(n * V)) {
-            fprintf(stderr, "invar logits: cannot write '%s'\n", out_path);
+        if (!f) {
+            fprintf(stderr, "invar logits: cannot open '%s': %s\n", out_path, strerror(errno));
             rc = EXIT_IO;
+        } else {
+            if (fwrite(logits, sizeof(float), (size_t)(n * V), f) != (size_t)(n * V)) {
+                fprintf(stderr, "invar logits: cannot write %s: %s\n", out_path, strerror(errno));
+                fclose(f);
+                rc = EXIT_IO;
+            } else if (cli_finish_output(f, "logits", out_path)) {
+                rc = EXIT_IO;
+            }
         }
-        if (f) fclose(f);
     }
     free(logits);
     free(ids);

@@ -17,7 +17,9 @@ static int collect(invar_engine *e, int64_t id, job *j) {
     if (r.error) j->error = strdup(r.error);
     j->n_toks = r.n_tokens;
     j->toks = malloc(sizeof *j->toks * (size_t)(r.n_tokens ? r.n_tokens : 1));
-    if (j->toks) memcpy(j->toks, r.tokens, sizeof *j->toks * (size_t)r.n_tokens);
+    /* A rejected request has no tokens and r.tokens may be NULL: memcpy from NULL is UB
+     * even for 0 bytes. */
+    if (j->toks && r.n_tokens > 0) memcpy(j->toks, r.tokens, sizeof *j->toks * (size_t)r.n_tokens);
     invar_engine_release(e, id);
     return 1;
 }
@@ -47,9 +49,9 @@ int run_jobs(invar_model *m, const invar_engine_config *cfg, job *jobs, int64_t 
     }
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
     char *finished = calloc((size_t)(n ? n : 1), 1);
-    int rc = (ids && finished) ? 0 : -1;
     int64_t *job_of_id = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    if (!job_of_id) rc = -1;
+    int rc = (ids && finished && job_of_id) ? 0 : -1;
+    bool oom = rc != 0;
     progress pg;
     progress_start(&pg, n);
     int64_t n_done = 0, n_tok = 0;
@@ -59,8 +61,12 @@ int run_jobs(invar_model *m, const invar_engine_config *cfg, job *jobs, int64_t 
         int64_t i = order ? order[k] : k;
         jobs[i].t_first = jobs[i].t_done = 0.0;
         ids[i] = invar_engine_submit(e, jobs[i].prompt, jobs[i].n_prompt, &jobs[i].samp);
-        if (ids[i] < 0) rc = -1;
-        else job_of_id[ids[i]] = i; /* ids count up from 0 in submission order */
+        if (ids[i] < 0) {
+            rc = -1;
+            oom = true;
+            break;
+        }
+        job_of_id[ids[i]] = i; /* ids count up from 0 in submission order */
         tc.n_ids = ids[i] + 1;
     }
     while (rc == 0 && n_done < n) {
@@ -76,12 +82,12 @@ int run_jobs(invar_model *m, const invar_engine_config *cfg, job *jobs, int64_t 
             jobs[i].t_done = now_seconds() - tc.t0;
             n_done++;
             n_tok += jobs[i].n_toks;
-            if (done) done(user, i);
+            if (done && done(user, i)) rc = 1; /* the caller cannot use more results */
         }
         progress_update(&pg, n_done, n_tok);
     }
     progress_end(&pg);
-    if (rc) fprintf(stderr, "invar: out of memory\n");
+    if (oom) fprintf(stderr, "invar: out of memory\n");
     free(ids);
     free(job_of_id);
     free(finished);

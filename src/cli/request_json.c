@@ -4,17 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-int32_t *tokenize_alloc(const invar_model *m, const char *text, int64_t *n_out) {
+int32_t *tokenize_alloc(const invar_model *m, const char *text, bool parse_special, int64_t *n_out) {
     size_t len = strlen(text);
     int64_t cap = (int64_t)len + 8;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return NULL;
-    int64_t n = invar_tokenize(m, text, len, true, true, ids, cap);
+    int64_t n = invar_tokenize(m, text, len, true, parse_special, ids, cap);
     if (n > cap) { /* cannot happen for byte-level BPE (<= 1 token per byte), but be safe */
         int32_t *bigger = realloc(ids, sizeof(int32_t) * (size_t)n);
         if (!bigger) { free(ids); return NULL; }
         ids = bigger;
-        n = invar_tokenize(m, text, len, true, true, ids, n);
+        n = invar_tokenize(m, text, len, true, parse_special, ids, n);
     }
     if (n < 0) { free(ids); return NULL; }
     *n_out = n;
@@ -39,14 +39,13 @@ static const char *get_float(const cJSON *o, const char *key, float *out) {
     return NULL;
 }
 
-static char *render_messages(const invar_model *m, const cJSON *msgs, char *err, size_t errlen) {
+/* The chat prompt of a messages array into j->prompt: the template's markup has special
+ * tokens, the contents never do. NULL, or what is wrong (in err). */
+static const char *chat_prompt(const invar_model *m, const cJSON *msgs, job *j, char *err, size_t errlen) {
     int n = cJSON_GetArraySize(msgs);
-    if (n <= 0) {
-        snprintf(err, errlen, "'messages' must be a non-empty array");
-        return NULL;
-    }
+    if (n <= 0) return "'messages' must be a non-empty array";
     invar_chat_message *cm = calloc((size_t)n, sizeof *cm);
-    if (!cm) return NULL;
+    if (!cm) return "out of memory";
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, msgs) {
@@ -55,15 +54,15 @@ static char *render_messages(const invar_model *m, const cJSON *msgs, char *err,
         if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
             snprintf(err, errlen, "messages[%d] needs string 'role' and 'content'", i);
             free(cm);
-            return NULL;
+            return err;
         }
         cm[i].role = role->valuestring;
         cm[i].content = content->valuestring;
         i++;
     }
-    char *text = invar_chat_render(m, cm, (size_t)n, true, err, errlen);
+    int rc = invar_chat_tokenize(m, cm, (size_t)n, true, &j->prompt, &j->n_prompt, NULL, err, errlen);
     free(cm);
-    return text;
+    return rc ? err : NULL;
 }
 
 const char *request_from_json(const invar_model *m, const cJSON *o, job *j, char *err, size_t errlen) {
@@ -97,19 +96,14 @@ const char *request_from_json(const invar_model *m, const cJSON *o, job *j, char
     }
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
-    char *text = NULL;
+    const cJSON *special = cJSON_GetObjectItemCaseSensitive(o, "parse_special");
     if (prompt && msgs) return "give either 'prompt' or 'messages', not both";
-    if (cJSON_IsString(prompt)) {
-        text = strdup(prompt->valuestring);
-    } else if (cJSON_IsArray(msgs)) {
-        text = render_messages(m, msgs, err, errlen);
-        if (!text) return err;
-    } else {
-        return "request needs a string 'prompt' or an array 'messages'";
-    }
-    if (!text) return "out of memory";
-    j->prompt = tokenize_alloc(m, text, &j->n_prompt);
-    free(text);
+    if (special && !cJSON_IsNull(special) && (!cJSON_IsBool(special) || msgs))
+        return "'parse_special' must be a boolean, and goes with 'prompt' only (chat contents never parse special tokens)";
+    if (cJSON_IsArray(msgs)) return chat_prompt(m, msgs, j, err, errlen);
+    if (!cJSON_IsString(prompt)) return "request needs a string 'prompt' or an array 'messages'";
+    /* A raw prompt is the caller's own text: special tokens are parsed unless asked not to. */
+    j->prompt = tokenize_alloc(m, prompt->valuestring, !cJSON_IsFalse(special), &j->n_prompt);
     if (!j->prompt) return "tokenization failed";
     return NULL;
 }

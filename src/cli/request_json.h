@@ -7,8 +7,9 @@
 /* Fills j (prompt tokens + sampling) from one JSON object. Returns NULL on success or a
  * static/err-buffer message describing what is wrong with the request. */
 const char *request_from_json(const invar_model *m, const cJSON *obj, job *j, char *err, size_t errlen);
-/* Tokenizes text (parse_special, BOS per the model); malloc'd ids or NULL. */
-int32_t *tokenize_alloc(const invar_model *m, const char *text, int64_t *n_out);
+/* Tokenizes text (BOS per the model); malloc'd ids or NULL. Only for raw prompts: a chat
+ * goes through invar_chat_tokenize, which never parses special tokens in contents. */
+int32_t *tokenize_alloc(const invar_model *m, const char *text, bool parse_special, int64_t *n_out);
 /* One result line (no trailing newline); malloc'd. id may be NULL. with_timing adds
  * "timing": {first_token_s, done_s} (seconds since the batch started). */
 char *result_to_json(const invar_model *m, const cJSON *id, const job *j, int64_t line, bool with_timing);

@@ -1,5 +1,7 @@
 /* Public model API: thin wrappers over the model and tokenizer layers. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../model/model.h"
 #include "../tokenizer/chat.h"
@@ -44,6 +46,50 @@ char *invar_chat_render(const invar_model *im, const invar_chat_message *msgs, s
     /* invar_chat_message and chat_message have the same layout by design. */
     _Static_assert(sizeof(invar_chat_message) == sizeof(chat_message), "chat message layout");
     return chat_render(im->m->gguf, (const chat_message *)msgs, n, add_generation_prompt, err, errlen);
+}
+
+/* Byte-level BPE gives at most one token per byte, plus BOS: one pass nearly always fits. */
+static int32_t *encode_marked_alloc(const tokenizer *t, const char *text, const tok_span *markup, size_t n_markup,
+                                    int64_t *n_out) {
+    size_t len = strlen(text);
+    int64_t cap = (int64_t)len + 8;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return NULL;
+    bool bos = tokenizer_add_bos(t);
+    int64_t n = tokenizer_encode_marked(t, text, len, bos, markup, n_markup, ids, cap);
+    if (n > cap) {
+        int32_t *bigger = realloc(ids, sizeof(int32_t) * (size_t)n);
+        if (!bigger) { free(ids); return NULL; }
+        ids = bigger;
+        n = tokenizer_encode_marked(t, text, len, bos, markup, n_markup, ids, n);
+    }
+    if (n < 0) { free(ids); return NULL; }
+    *n_out = n;
+    return ids;
+}
+
+int invar_chat_tokenize(const invar_model *im, const invar_chat_message *msgs, size_t n,
+                        bool add_generation_prompt, int32_t **ids, int64_t *n_ids, char **text_out, char *err,
+                        size_t errlen) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (text_out) *text_out = NULL;
+    char *text;
+    tok_span *markup;
+    size_t n_markup;
+    int rc = chat_render_marked(im->m->gguf, (const chat_message *)msgs, n, add_generation_prompt, &text, &markup,
+                                &n_markup, err, errlen);
+    if (rc) return rc == CHAT_ERR_NOMEM ? -2 : -1;
+    *ids = encode_marked_alloc(im->m->tok, text, markup, n_markup, n_ids);
+    free(markup);
+    if (!*ids) {
+        free(text);
+        if (err && errlen) snprintf(err, errlen, "out of memory");
+        return -2;
+    }
+    if (text_out) *text_out = text;
+    else free(text);
+    return 0;
 }
 
 void invar_sampling_default(invar_sampling *s) {

@@ -38,9 +38,20 @@ static int io_error(const char *path, const char *what, char *err, size_t errlen
     return GGUF_ERR_IO;
 }
 
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "of an unknown type";
+}
+
 int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can reject it.
+     * It changes nothing for the regular files that pass (they are only mmap'd). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return io_error(path, "cannot open", err, errlen);
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -50,7 +61,13 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     }
     if (!S_ISREG(st.st_mode) || st.st_size < 4) {
         close(fd);
-        if (err && errlen) snprintf(err, errlen, "%s: not a regular file of at least 4 bytes", path);
+        if (err && errlen) {
+            if (!S_ISREG(st.st_mode))
+                snprintf(err, errlen, "%s: is %s, not a regular file (a GGUF model is mmap'd)", path,
+                         file_kind(st.st_mode));
+            else
+                snprintf(err, errlen, "%s: file of %lld bytes is too small to be GGUF", path, (long long)st.st_size);
+        }
         return GGUF_ERR_FORMAT;
     }
     size_t size = (size_t)st.st_size;

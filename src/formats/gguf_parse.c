@@ -285,7 +285,17 @@ static bool place_tensor(reader *r, gguf_file *f, gguf_tensor *t, uint64_t off) 
     if (off > avail || t->nbytes > avail - off)
         return BAD(r, "data [%llu, +%llu) extends past the end of the file (data section has %llu bytes)",
                    (unsigned long long)off, (unsigned long long)t->nbytes, (unsigned long long)avail);
-    t->data = r->p + f->data_offset + off;
+    /* general.alignment may be 1 or 2: each tensor must still start where its blocks can
+     * be read in place (a misaligned block struct is undefined behaviour). */
+    const uint8_t *data = r->p + f->data_offset + off;
+    size_t need = quant_type_align(t->type);
+    if ((uintptr_t)data % need != 0) {
+        const char *tname = "?";
+        quant_type_info(t->type, NULL, NULL, &tname);
+        return BAD(r, "data at file offset %llu is not aligned to the %zu bytes %s needs (general.alignment %zu)",
+                   (unsigned long long)(f->data_offset + off), need, tname, f->alignment);
+    }
+    t->data = data;
     return true;
 }
 

@@ -16,6 +16,9 @@ enum {
 /* Block geometry for every type the parser may meet (so sizes can be validated
  * even for types we cannot compute with). Returns false for unknown ids. */
 bool quant_type_info(uint32_t type, size_t *block_elems, size_t *block_bytes, const char **name);
+/* Alignment (bytes) a tensor of this type must start at: its element or block struct's.
+ * 0 for unknown ids. */
+size_t quant_type_align(uint32_t type);
 /* True if dequant_row (and so the model) supports this type. */
 bool quant_type_supported(uint32_t type);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */

@@ -1,21 +1,74 @@
 #include "config.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static bool get_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_i64(f, key, out);
-}
-
-static bool get_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, out);
-}
-
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+
+static void arch_key(char *key, size_t cap, const char *arch, const char *suffix) {
+    snprintf(key, cap, "%s.%s", arch, suffix);
+}
+
+/* An integer hyperparameter in [lo, hi]. Absent: *out = def, or an error when required.
+ * Present but not an integer that fits int64 (a string, a float, a u64 above INT64_MAX):
+ * an error, never the default. Every size the model allocates derives from these. */
+static int read_int(const gguf_file *f, const char *arch, const char *suffix, int64_t lo, int64_t hi,
+                    bool required, int64_t def, int64_t *out, char *err, size_t errlen) {
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    int64_t at = gguf_find_key(f, key);
+    if (at < 0) {
+        if (required) FAIL("missing %s", key);
+        *out = def;
+        return 0;
+    }
+    if (!gguf_get_i64(f, key, out)) FAIL("%s is not an integer (type %s)", key, gguf_type_name(gguf_kv_type(f, at)));
+    if (*out < lo || *out > hi)
+        FAIL("%s = %lld is outside the supported range [%lld, %lld]", key, (long long)*out, (long long)lo, (long long)hi);
+    return 0;
+}
+
+/* A float hyperparameter, finite and in [lo, hi] (absent: def). */
+static int read_float(const gguf_file *f, const char *arch, const char *suffix, float lo, float hi, float def,
+                      float *out, char *err, size_t errlen) {
+    char key[128];
+    arch_key(key, sizeof key, arch, suffix);
+    if (gguf_find_key(f, key) < 0) {
+        *out = def;
+        return 0;
+    }
+    if (!gguf_get_f32(f, key, out)) FAIL("%s is not a float", key);
+    if (!isfinite(*out) || *out < lo || *out > hi)
+        FAIL("%s = %g is outside [%g, %g]", key, (double)*out, (double)lo, (double)hi);
+    return 0;
+}
+
+static int read_dims(const gguf_file *f, model_config *c, char *err, size_t errlen) {
+    const char *a = c->arch_name;
+    if (read_int(f, a, "block_count", 1, MODEL_MAX_LAYERS, true, 0, &c->n_layer, err, errlen) ||
+        read_int(f, a, "embedding_length", 1, MODEL_MAX_EMBD, true, 0, &c->n_embd, err, errlen) ||
+        read_int(f, a, "feed_forward_length", 1, MODEL_MAX_FF, true, 0, &c->n_ff, err, errlen) ||
+        read_int(f, a, "attention.head_count", 1, MODEL_MAX_HEADS, true, 0, &c->n_head, err, errlen) ||
+        read_int(f, a, "attention.head_count_kv", 1, c->n_head, false, c->n_head, &c->n_head_kv, err, errlen) ||
+        read_int(f, a, "context_length", 1, MODEL_MAX_CONTEXT, false, 2048, &c->n_ctx_train, err, errlen))
+        return -1;
+    if (c->n_head % c->n_head_kv) FAIL("head_count %lld not a multiple of head_count_kv %lld",
+                                      (long long)c->n_head, (long long)c->n_head_kv);
+    int64_t vlen;
+    if (read_int(f, a, "attention.key_length", 1, MODEL_MAX_HEAD_DIM, false, c->n_embd / c->n_head, &c->head_dim,
+                 err, errlen))
+        return -1;
+    if (c->head_dim < 2 || c->head_dim > MODEL_MAX_HEAD_DIM || c->head_dim % 2)
+        FAIL("unsupported head dim %lld (even, 2 to %d)", (long long)c->head_dim, MODEL_MAX_HEAD_DIM);
+    if (read_int(f, a, "attention.value_length", 2, MODEL_MAX_HEAD_DIM, false, c->head_dim, &vlen, err, errlen))
+        return -1;
+    if (vlen != c->head_dim) FAIL("value_length != key_length is not supported");
+    if (read_int(f, a, "rope.dimension_count", 2, c->head_dim, false, c->head_dim, &c->n_rot, err, errlen)) return -1;
+    if (c->n_rot % 2) FAIL("bad rope.dimension_count %lld (must be even)", (long long)c->n_rot);
+    return 0;
+}
 
 int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
@@ -31,28 +84,10 @@ int model_config_read(const gguf_file *f, model_config *c, char *err, size_t err
     else if (!strcmp(a, "qwen3")) c->arch = ARCH_QWEN3;
     else FAIL("unsupported architecture '%s' (supported: llama, qwen2, qwen3)", a);
     c->rope_neox = c->arch != ARCH_LLAMA;
-
-    if (!get_int(f, a, "block_count", &c->n_layer)) FAIL("missing %s.block_count", a);
-    if (!get_int(f, a, "embedding_length", &c->n_embd)) FAIL("missing %s.embedding_length", a);
-    if (!get_int(f, a, "feed_forward_length", &c->n_ff)) FAIL("missing %s.feed_forward_length", a);
-    if (!get_int(f, a, "attention.head_count", &c->n_head)) FAIL("missing %s.attention.head_count", a);
-    if (!get_int(f, a, "attention.head_count_kv", &c->n_head_kv)) c->n_head_kv = c->n_head;
-    if (!get_int(f, a, "context_length", &c->n_ctx_train)) c->n_ctx_train = 2048;
-    if (!get_float(f, a, "attention.layer_norm_rms_epsilon", &c->rms_eps)) c->rms_eps = 1e-5f;
-    if (!get_float(f, a, "rope.freq_base", &c->rope_base)) c->rope_base = 10000.0f;
-    if (c->n_head <= 0 || c->n_layer <= 0 || c->n_embd <= 0 || c->n_ff <= 0 || c->n_head_kv <= 0)
-        FAIL("non-positive model dimensions");
-    if (c->n_layer > 1024 || c->n_embd > 65536 || c->n_ff > 262144 || c->n_head > 1024)
-        FAIL("implausible model dimensions");
-    if (c->n_head % c->n_head_kv) FAIL("head_count %lld not a multiple of head_count_kv %lld",
-                                      (long long)c->n_head, (long long)c->n_head_kv);
-    if (!get_int(f, a, "attention.key_length", &c->head_dim)) c->head_dim = c->n_embd / c->n_head;
-    int64_t vlen;
-    if (get_int(f, a, "attention.value_length", &vlen) && vlen != c->head_dim)
-        FAIL("value_length != key_length is not supported");
-    if (c->head_dim <= 0 || c->head_dim > 512 || c->head_dim % 2) FAIL("unsupported head dim %lld", (long long)c->head_dim);
-    if (!get_int(f, a, "rope.dimension_count", &c->n_rot)) c->n_rot = c->head_dim;
-    if (c->n_rot <= 0 || c->n_rot > c->head_dim || c->n_rot % 2) FAIL("bad rope.dimension_count");
+    if (read_dims(f, c, err, errlen) ||
+        read_float(f, a, "attention.layer_norm_rms_epsilon", 0.0f, 1.0f, 1e-5f, &c->rms_eps, err, errlen) ||
+        read_float(f, a, "rope.freq_base", FLT_MIN, FLT_MAX, 10000.0f, &c->rope_base, err, errlen))
+        return -1;
 
     c->rope_freq_scale = 1.0f;
     char key[128];
@@ -60,7 +95,8 @@ int model_config_read(const gguf_file *f, model_config *c, char *err, size_t err
     if (gguf_get_str(f, key, &s, &len)) {
         if (len == 6 && !memcmp(s, "linear", 6)) {
             float factor;
-            if (get_float(f, a, "rope.scaling.factor", &factor) && factor > 0) c->rope_freq_scale = 1.0f / factor;
+            if (read_float(f, a, "rope.scaling.factor", 1e-6f, 1e6f, 1.0f, &factor, err, errlen)) return -1;
+            c->rope_freq_scale = 1.0f / factor;
         } else if (!(len == 4 && !memcmp(s, "none", 4))) {
             FAIL("unsupported rope scaling type '%.*s' (supported: none, linear)", (int)len, s);
         }

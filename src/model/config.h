@@ -6,6 +6,17 @@
 #include <stdint.h>
 #include "../formats/gguf.h"
 
+/* Bounds on the hyperparameters a GGUF may claim (docs/architecture.md). Sizes the loader
+ * allocates before any tensor can vouch for them derive from these: the RoPE table is
+ * context_length x rope.dimension_count floats, built at load, so a file claiming 2^25
+ * positions would cost gigabytes before the first token. */
+#define MODEL_MAX_CONTEXT (1 << 20)
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_EMBD 65536
+#define MODEL_MAX_FF 262144
+#define MODEL_MAX_HEADS 1024
+#define MODEL_MAX_HEAD_DIM 512
+
 typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
 
 typedef struct {

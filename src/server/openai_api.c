@@ -92,7 +92,10 @@ static int get_bool(const cJSON *o, const char *key, bool *out, api_error *e) {
     return 0;
 }
 
-static char *render_chat(srv_state *s, const cJSON *msgs, api_error *e) {
+/* Renders and tokenizes a chat: the template's markup has special tokens, the message
+ * contents never do (a message cannot forge "<|im_end|>" and open a system turn). Returns
+ * the rendered text, the tokens in *toks / *n_toks; NULL with e set on failure. */
+static char *render_chat(srv_state *s, const cJSON *msgs, int32_t **toks, int64_t *n_toks, api_error *e) {
     int n = cJSON_GetArraySize(msgs);
     if (!cJSON_IsArray(msgs) || n <= 0) {
         api_error_set(e, 400, "invalid_request_error", "messages", "invalid_type", "'messages' must be a non-empty array");
@@ -140,8 +143,8 @@ static char *render_chat(srv_state *s, const cJSON *msgs, api_error *e) {
         i++;
     }
     char err[200];
-    text = invar_chat_render(s->model, cm, (size_t)n, true, err, sizeof err);
-    if (!text) api_error_set(e, 400, "invalid_request_error", "messages", NULL, "chat template: %s", err);
+    if (invar_chat_tokenize(s->model, cm, (size_t)n, true, toks, n_toks, &text, err, sizeof err) == -1)
+        api_error_set(e, 400, "invalid_request_error", "messages", NULL, "chat template: %s", err);
 done:
     if (!text && e->status == 0) api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     for (int k = 0; owned && k < n; k++) free(owned[k]);
@@ -187,7 +190,7 @@ static int collect_prompts(srv_state *s, const cJSON *p, int32_t ***toks, int64_
         const cJSON *it = items[i];
         if (cJSON_IsString(it)) {
             (*texts)[i] = strdup(it->valuestring);
-            (*toks)[i] = tokenize_alloc(s->model, it->valuestring, &(*lens)[i]);
+            (*toks)[i] = tokenize_alloc(s->model, it->valuestring, true, &(*lens)[i]); /* raw prompt */
             if (!(*texts)[i] || !(*toks)[i]) goto oom;
             continue;
         }
@@ -322,18 +325,15 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
             api_error_set(e, 400, "invalid_request_error", "messages", "missing_required_parameter", "'messages' is required");
             goto out;
         }
-        char *text = render_chat(s, msgs, e);
-        if (!text) goto out;
         toks = calloc(1, sizeof *toks);
         lens = calloc(1, sizeof *lens);
         r->prompt_texts = calloc(1, sizeof *r->prompt_texts);
-        r->n_prompts = 1;
-        if (!toks || !lens || !r->prompt_texts || !(toks[0] = tokenize_alloc(s->model, text, &lens[0]))) {
-            free(text);
+        if (!toks || !lens || !r->prompt_texts) {
             api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
             goto out;
         }
-        r->prompt_texts[0] = text;
+        r->n_prompts = 1;
+        if (!(r->prompt_texts[0] = render_chat(s, msgs, &toks[0], &lens[0], e))) goto out;
     } else {
         const cJSON *p = field(o, "prompt");
         if (!p) {

@@ -8,10 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The rendered text, and the spans of it that are the template's own markup (special
+ * tokens are parsed there only; message content is ordinary text). */
 typedef struct {
     char *p;
     size_t len, cap;
     bool oom;
+    tok_span *spans;
+    size_t n_spans, cap_spans;
 } strbuf;
 
 static void sb_add(strbuf *b, const char *s, size_t n) {
@@ -31,14 +35,28 @@ static void sb_add(strbuf *b, const char *s, size_t n) {
 
 static void sb_str(strbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
-static char *fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
+/* Appends template markup: its span joins the previous one when they touch. */
+static void sb_mark(strbuf *b, const char *s) {
+    size_t start = b->len;
+    sb_str(b, s);
+    if (b->oom || b->len == start) return;
+    if (b->n_spans && b->spans[b->n_spans - 1].end == start) {
+        b->spans[b->n_spans - 1].end = b->len;
+        return;
     }
-    return NULL;
+    if (b->n_spans == b->cap_spans) {
+        size_t cap = b->cap_spans ? 2 * b->cap_spans : 16;
+        tok_span *ns = realloc(b->spans, cap * sizeof *ns);
+        if (!ns) { b->oom = true; return; }
+        b->spans = ns;
+        b->cap_spans = cap;
+    }
+    b->spans[b->n_spans++] = (tok_span){start, b->len};
+}
+
+static void sb_free(strbuf *b) {
+    free(b->p);
+    free(b->spans);
 }
 
 static const char *find(const char *h, size_t hl, const char *needle) {
@@ -93,29 +111,24 @@ static bool chatml_default_system(const char *tmpl, size_t len, char **out) {
     return false;
 }
 
-static char *render_chatml(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
-                           bool add_gen, char *err, size_t errlen) {
-    strbuf b = {0};
+static void render_chatml(strbuf *b, const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                          bool add_gen) {
     char *def = NULL;
     if (n > 0 && strcmp(msgs[0].role, "system") != 0 && chatml_default_system(tmpl, tlen, &def)) {
-        sb_str(&b, "<|im_start|>system\n");
-        sb_str(&b, def);
-        sb_str(&b, "<|im_end|>\n");
+        /* The template's own default system prompt is template text: markup. */
+        sb_mark(b, "<|im_start|>system\n");
+        sb_mark(b, def);
+        sb_mark(b, "<|im_end|>\n");
         free(def);
     }
     for (size_t i = 0; i < n; i++) {
-        sb_str(&b, "<|im_start|>");
-        sb_str(&b, msgs[i].role);
-        sb_str(&b, "\n");
-        sb_str(&b, msgs[i].content);
-        sb_str(&b, "<|im_end|>\n");
+        sb_mark(b, "<|im_start|>");
+        sb_mark(b, msgs[i].role); /* one of the fixed role names */
+        sb_mark(b, "\n");
+        sb_str(b, msgs[i].content);
+        sb_mark(b, "<|im_end|>\n");
     }
-    if (add_gen) sb_str(&b, "<|im_start|>assistant\n");
-    if (b.oom || !b.p) {
-        free(b.p);
-        return b.oom ? fail(err, errlen, "chat: out of memory") : calloc(1, 1);
-    }
-    return b.p;
+    if (add_gen) sb_mark(b, "<|im_start|>assistant\n");
 }
 
 static bool is_jinja_space(char c) {
@@ -133,57 +146,104 @@ static void sb_trimmed(strbuf *b, const char *s) {
 /* Llama-3: <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT|trim<|eot_id|> per message.
  * The template's leading bos_token is left out: the tokenizer adds BOS itself
  * (tokenizer.ggml.add_bos_token), and the text form would give it twice. */
-static char *render_llama3(const chat_message *msgs, size_t n, bool add_gen, char *err,
-                           size_t errlen) {
-    strbuf b = {0};
+static void render_llama3(strbuf *b, const chat_message *msgs, size_t n, bool add_gen) {
     for (size_t i = 0; i < n; i++) {
-        sb_str(&b, "<|start_header_id|>");
-        sb_str(&b, msgs[i].role);
-        sb_str(&b, "<|end_header_id|>\n\n");
-        sb_trimmed(&b, msgs[i].content);
-        sb_str(&b, "<|eot_id|>");
+        sb_mark(b, "<|start_header_id|>");
+        sb_mark(b, msgs[i].role);
+        sb_mark(b, "<|end_header_id|>\n\n");
+        sb_trimmed(b, msgs[i].content);
+        sb_mark(b, "<|eot_id|>");
     }
-    if (add_gen) sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    if (b.oom || !b.p) {
-        free(b.p);
-        return b.oom ? fail(err, errlen, "chat: out of memory") : calloc(1, 1);
-    }
-    return b.p;
+    if (add_gen) sb_mark(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-char *chat_render_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
-                           bool add_generation_prompt, char *err, size_t errlen) {
+__attribute__((format(printf, 4, 5)))
+static int fail_code(int code, char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Checks the messages and picks the template family: 'c' ChatML, 'l' Llama-3, 0 (err set). */
+static char template_family(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n, char *err,
+                            size_t errlen) {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
-    if (!tmpl || (n > 0 && !msgs)) return fail(err, errlen, "chat: no template or messages");
+    if (!tmpl || (n > 0 && !msgs)) return (char)fail_code(0, err, errlen, "chat: no template or messages");
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content)
-            return fail(err, errlen, "chat: message %zu has no role or content", i);
+            return (char)fail_code(0, err, errlen, "chat: message %zu has no role or content", i);
         bool ok = false;
         for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
             ok = ok || strcmp(msgs[i].role, roles[r]) == 0;
         if (!ok)
-            return fail(err, errlen, "chat: message %zu has unsupported role '%.32s' "
-                        "(system, user, assistant, tool)", i, msgs[i].role);
+            return (char)fail_code(0, err, errlen, "chat: message %zu has unsupported role '%.32s' "
+                                   "(system, user, assistant, tool)", i, msgs[i].role);
     }
-    if (find(tmpl, tlen, "<|im_start|>"))
-        return render_chatml(tmpl, tlen, msgs, n, add_generation_prompt, err, errlen);
+    if (find(tmpl, tlen, "<|im_start|>")) return 'c';
     if (find(tmpl, tlen, "<|start_header_id|>")) {
         /* Llama 3.1+ always emits a system block with knowledge/date lines and tool
          * options; rendering it without executing the template is not supported. */
         if (find(tmpl, tlen, "Cutting Knowledge Date"))
-            return fail(err, errlen, "chat: Llama-3.1-style chat template (date/tools "
-                        "system block) is not supported");
-        return render_llama3(msgs, n, add_generation_prompt, err, errlen);
+            return (char)fail_code(0, err, errlen, "chat: Llama-3.1-style chat template (date/tools "
+                                   "system block) is not supported");
+        return 'l';
     }
-    return fail(err, errlen, "chat: unrecognised chat template (supported families: "
-                "ChatML <|im_start|>, Llama-3 <|start_header_id|>)");
+    return (char)fail_code(0, err, errlen, "chat: unrecognised chat template (supported families: "
+                           "ChatML <|im_start|>, Llama-3 <|start_header_id|>)");
+}
+
+int chat_render_marked_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                                bool add_generation_prompt, char **text, tok_span **markup, size_t *n_markup,
+                                char *err, size_t errlen) {
+    *text = NULL;
+    if (markup) *markup = NULL;
+    if (n_markup) *n_markup = 0;
+    char family = template_family(tmpl, tlen, msgs, n, err, errlen);
+    if (!family) return CHAT_ERR_REQUEST;
+    strbuf b = {0};
+    if (family == 'c') render_chatml(&b, tmpl, tlen, msgs, n, add_generation_prompt);
+    else render_llama3(&b, msgs, n, add_generation_prompt);
+    if (!b.oom && !b.p) b.p = calloc(1, 1); /* nothing rendered: the empty prompt */
+    if (b.oom || !b.p) {
+        sb_free(&b);
+        return fail_code(CHAT_ERR_NOMEM, err, errlen, "chat: out of memory");
+    }
+    *text = b.p;
+    if (markup) {
+        *markup = b.spans;
+        *n_markup = b.n_spans;
+    } else {
+        free(b.spans);
+    }
+    return 0;
+}
+
+int chat_render_marked(const gguf_file *f, const chat_message *msgs, size_t n, bool add_generation_prompt,
+                       char **text, tok_span **markup, size_t *n_markup, char *err, size_t errlen) {
+    const char *tmpl;
+    size_t tlen;
+    if (!f || !gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen)) {
+        *text = NULL;
+        return fail_code(CHAT_ERR_REQUEST, err, errlen, "chat: the model has no tokenizer.chat_template");
+    }
+    return chat_render_marked_template(tmpl, tlen, msgs, n, add_generation_prompt, text, markup, n_markup, err,
+                                       errlen);
+}
+
+char *chat_render_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                           bool add_generation_prompt, char *err, size_t errlen) {
+    char *text;
+    chat_render_marked_template(tmpl, tlen, msgs, n, add_generation_prompt, &text, NULL, NULL, err, errlen);
+    return text;
 }
 
 char *chat_render(const gguf_file *f, const chat_message *msgs, size_t n,
                   bool add_generation_prompt, char *err, size_t errlen) {
-    const char *tmpl;
-    size_t tlen;
-    if (!f || !gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen))
-        return fail(err, errlen, "chat: the model has no tokenizer.chat_template");
-    return chat_render_template(tmpl, tlen, msgs, n, add_generation_prompt, err, errlen);
+    char *text;
+    chat_render_marked(f, msgs, n, add_generation_prompt, &text, NULL, NULL, err, errlen);
+    return text;
 }

@@ -5,13 +5,27 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "../formats/gguf.h"
+#include "tokenizer.h"
 
 typedef struct {
     const char *role;     /* "system", "user", "assistant" */
     const char *content;
 } chat_message;
 
-/* Returns a malloc'd NUL-terminated prompt, or NULL with a message in err
+enum { CHAT_ERR_REQUEST = -1, CHAT_ERR_NOMEM = -2 };
+
+/* Renders the messages into *text (malloc'd, NUL-terminated) and, if markup is not NULL,
+ * the spans of it that are the template's own markup into *markup / *n_markup (malloc'd,
+ * sorted): tokenize with tokenizer_encode_marked so that special tokens are parsed in the
+ * markup and never in message content. Returns 0, CHAT_ERR_REQUEST (no or unrecognised
+ * template, bad role: message in err) or CHAT_ERR_NOMEM; *text is NULL on failure. */
+int chat_render_marked(const gguf_file *f, const chat_message *msgs, size_t n, bool add_generation_prompt,
+                       char **text, tok_span **markup, size_t *n_markup, char *err, size_t errlen);
+int chat_render_marked_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
+                                bool add_generation_prompt, char **text, tok_span **markup, size_t *n_markup,
+                                char *err, size_t errlen);
+
+/* The text alone: a malloc'd NUL-terminated prompt, or NULL with a message in err
  * (no template, unrecognised template, bad role). */
 char *chat_render(const gguf_file *f, const chat_message *msgs, size_t n,
                   bool add_generation_prompt, char *err, size_t errlen);

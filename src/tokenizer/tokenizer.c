@@ -44,15 +44,14 @@ static int encode_plain(encode_ctx *c, const char *text, size_t len) {
 }
 
 /* Id of the longest special token whose text starts at s[0..n), or -1. Control tokens
- * count only with parse_special; user-defined tokens always do (they are added words
- * of the vocabulary, not markup). */
-static int32_t match_special(const tokenizer *t, const char *s, size_t n, bool parse_special,
-                             size_t *mlen) {
+ * count only if they end within ctl_room bytes (inside markup; 0 without parse_special);
+ * user-defined tokens always do (they are added words of the vocabulary, not markup). */
+static int32_t match_special(const tokenizer *t, const char *s, size_t n, size_t ctl_room, size_t *mlen) {
     unsigned char b = (unsigned char)s[0];
     for (uint32_t k = t->special_start[b]; k < t->special_start[b + 1]; k++) {
         int32_t id = t->special_ids[k];
-        if (!parse_special && t->type[id] == TOKTYPE_CONTROL) continue;
         size_t l = t->text_off[id + 1] - t->text_off[id];
+        if (t->type[id] == TOKTYPE_CONTROL && l > ctl_room) continue;
         if (l <= n && memcmp(t->text + t->text_off[id], s, l) == 0) {
             *mlen = l;
             return id;
@@ -63,17 +62,26 @@ static int32_t match_special(const tokenizer *t, const char *s, size_t n, bool p
 
 int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                          bool parse_special, int32_t *out, int64_t cap) {
-    if (!t || (!text && len) || (!out && cap > 0) || cap < 0) return -1;
+    tok_span all = {0, len};
+    return tokenizer_encode_marked(t, text, len, add_bos, &all, parse_special ? 1 : 0, out, cap);
+}
+
+int64_t tokenizer_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                const tok_span *markup, size_t n_markup, int32_t *out, int64_t cap) {
+    if (!t || (!text && len) || (!out && cap > 0) || cap < 0 || (!markup && n_markup)) return -1;
     encode_ctx c = {t, out, cap, 0, {0}};
     if (add_bos && t->bos >= 0) push_id(&c, t->bos);
     if (len == 0) return c.n; /* text may be NULL: no pointer arithmetic on it */
-    size_t seg = 0, i = 0;
+    size_t seg = 0, i = 0, k = 0;
     int rc = 0;
     while (i < len && rc == 0) {
         unsigned char b = (unsigned char)text[i];
         if (t->special_start[b] == t->special_start[b + 1]) { i++; continue; }
+        while (k < n_markup && markup[k].end <= i) k++;
+        size_t end = k < n_markup && markup[k].start <= i ? markup[k].end : i; /* markup ends here */
+        if (end > len) end = len;
         size_t ml = 0;
-        int32_t id = match_special(t, text + i, len - i, parse_special, &ml);
+        int32_t id = match_special(t, text + i, len - i, end - i, &ml);
         if (id < 0) { i++; continue; }
         rc = encode_plain(&c, text + seg, i - seg);
         push_id(&c, id);

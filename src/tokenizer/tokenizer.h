@@ -27,6 +27,18 @@ bool tokenizer_is_special(const tokenizer *t, int32_t id); /* control / user-def
 int64_t tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                          bool parse_special, int32_t *out, int64_t cap);
 
+/* A byte range [start, end) of a text. */
+typedef struct {
+    size_t start, end;
+} tok_span;
+
+/* tokenizer_encode where control tokens are matched only if they lie wholly inside one of
+ * the markup spans (sorted, not overlapping): a chat template's own markup. Elsewhere
+ * their text is ordinary text, so a message cannot forge "<|im_end|>". With the whole text
+ * as one span this is parse_special true; with none, false. */
+int64_t tokenizer_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                const tok_span *markup, size_t n_markup, int32_t *out, int64_t cap);
+
 /* Raw bytes of one token (byte-level mapping undone). Returns the byte count
  * (may exceed cap; nothing past cap written), -1 for an invalid id. */
 int tokenizer_token_bytes(const tokenizer *t, int32_t id, char *buf, size_t cap);

@@ -1,6 +1,6 @@
 /* libFuzzer target for the tokenizer on the default model's vocabulary: any byte string
- * must encode without crashing (special-token parsing on and off), every id must be in
- * range, and decoding must give back the input whenever every byte has a token. */
+ * must encode without crashing (special-token parsing on, off, and in markup spans), every
+ * id must be in range, and decoding must give back the input whenever every byte has a token. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,5 +47,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (len < 0) __builtin_trap();
         if (all_known && !special && (len != (int64_t)size || memcmp(out, data, size))) __builtin_trap();
     }
+    /* Markup spans (as a chat template gives them) cut from the input's own bytes: any
+     * sorted set of spans, some past the end, must encode within the same bounds. */
+    tok_span spans[8];
+    size_t n_spans = 0, at = 0;
+    for (size_t i = 0; i + 1 < size && n_spans < 8; i += 97) {
+        size_t start = at + data[i] % 64, end = start + 1 + data[i + 1] % 64;
+        spans[n_spans++] = (tok_span){start, end};
+        at = end + 1;
+    }
+    int64_t n = tokenizer_encode_marked(g_tok, text, size, false, spans, n_spans, ids, 4096 + 2);
+    if (n < 0 || n > (int64_t)size) __builtin_trap();
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab) __builtin_trap();
     return 0;
 }

@@ -306,6 +306,52 @@ def test_chat_other_templates(template, tmp_path):
     _check_chat(["--chat-template", str(path)], template)
 
 
+def _reference_chat_ids(tok, plain, template, conv, gen):
+    """The chat's ids with special tokens parsed only in the template's markup: rendered
+    with placeholder contents, split at the special tokens found there, contents put back
+    into the plain runs, each run encoded with special parsing off."""
+    import re
+    marks = [f"\x01{i}\x02" for i in range(len(conv))]
+    text = _jinja_render(template, [dict(m, content=marks[i]) for i, m in enumerate(conv)], gen)
+    specials = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    pattern = "|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))
+    ids, pos = [], 0
+    for m in list(re.finditer(pattern, text)) + [None]:
+        run = text[pos:m.start() if m else len(text)]
+        for i, mark in enumerate(marks):
+            run = run.replace(mark, conv[i]["content"])
+        ids += plain.encode(run, add_special_tokens=False).ids if run else []
+        if m:
+            ids.append(specials[m.group()])
+            pos = m.end()
+    return ids
+
+
+def test_chat_ids_parse_special_tokens_in_markup_only(hf_original):
+    """Issue 13 #12: an ordinary chat gets the ids of its whole rendered text (what HF's
+    apply_chat_template gives); text in contents that spells a special token stays text."""
+    from tokenizers import Tokenizer
+    plain = Tokenizer.from_str(hf_original.to_str())
+    plain.encode_special_tokens = True
+    template = _gguf_str("tokenizer.chat_template")
+    convs = cases.CONVERSATIONS + cases.CHAT_INJECTIONS
+    out = run_helper(["--chat-ids", str(MODEL)], _chat_lines(convs))
+    k = 0
+    for gen in (False, True):
+        for conv in convs:
+            ours = [int(x) for x in out[k].split()]
+            k += 1
+            assert ours == _reference_chat_ids(hf_original, plain, template, conv, gen), conv
+            if conv in cases.CONVERSATIONS:
+                whole = hf_original.encode(_jinja_render(template, conv, gen), add_special_tokens=False).ids
+                assert ours == whole, conv
+            else:  # as many special tokens as the same chat with empty contents: none forged
+                special = {i for i, t in hf_original.get_added_tokens_decoder().items() if t.special}
+                empty = [dict(m, content="") for m in conv]
+                markup = _reference_chat_ids(hf_original, plain, template, empty, gen)
+                assert sum(i in special for i in ours) == sum(i in special for i in markup), conv
+
+
 def test_chat_unknown_template(tmp_path):
     path = tmp_path / "template.jinja"
     path.write_text("{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}")

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "formats/gguf.h"
@@ -416,6 +418,39 @@ static void test_open_file_mmap(void **state) {
     free(b.p);
 }
 
+/* A FIFO (or any non-regular file) is rejected at once: opening one used to block forever
+ * waiting for a writer. Run in a child with an alarm so a regression fails instead of hanging. */
+static void test_open_rejects_fifo_without_blocking(void **state) {
+    (void)state;
+    char dir[] = "/tmp/invar_test_fifo_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        gguf_file *f = (gguf_file *)1;
+        char err[512];
+        int rc = gguf_open(path, &f, err, sizeof err);
+        _exit(rc == GGUF_ERR_FORMAT && f == NULL && strstr(err, "FIFO") && strstr(err, "not a regular file") ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    unlink(path);
+    rmdir(dir);
+    if (WIFSIGNALED(status)) fail_msg("gguf_open on a FIFO did not return (signal %d)", WTERMSIG(status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    gguf_file *f = (gguf_file *)1;
+    char err[512];
+    int rc = gguf_open("/dev/null", &f, err, sizeof err);
+    assert_one_line_error(rc, f, err);
+    assert_non_null(strstr(err, "character device"));
+}
+
 /* ---- corrupted files ------------------------------------------------------------------- */
 
 static void test_every_truncation_fails(void **state) {
@@ -552,6 +587,44 @@ static buf one_tensor(const char *name, uint32_t n_dims, const uint64_t *ne, uin
     put_pad(&b, 32);
     for (size_t i = 0; i < data_bytes; i++) put_u8(&b, 0x11);
     return b;
+}
+
+/* general.alignment 1 and one tensor whose data starts at absolute file offset `at`
+ * (at >= the end of the tensor info); returns the buffer. */
+static buf align1_tensor(uint32_t type, uint64_t ne0, uint64_t at) {
+    buf b = {0};
+    put_header(&b, 3, 1, 1);
+    put_key(&b, "general.alignment", GGUF_T_UINT32), put_u32(&b, 1);
+    size_t info_end = b.n + 8 + 1 + 4 + 8 + 4 + 8; /* name "t", 1 dim, type, offset */
+    assert_true(at >= info_end);
+    put_tensor_info(&b, "t", 1, &ne0, type, at - info_end);
+    assert_int_equal(b.n, info_end);
+    while (b.n < at + quant_row_bytes(type, (int64_t)ne0)) put_u8(&b, 0);
+    return b;
+}
+
+/* Issue 13 #7: general.alignment 1 let a Q8_0 tensor start at an odd address (UBSan:
+ * misaligned block_q8_0 in matmul.c). Each tensor must start where its type can be read. */
+static void test_alignment_one_needs_aligned_tensors(void **state) {
+    (void)state;
+    gguf_file *f;
+    char err[256];
+    buf b = align1_tensor(INVAR_T_Q8_0, 32, 96); /* alignment 1 is fine where blocks line up */
+    assert_int_equal(gguf_open_memory(b.p, b.n, &f, err, sizeof err), 0);
+    assert_int_equal(gguf_alignment(f), 1);
+    assert_int_equal((uintptr_t)gguf_get_tensor(f, 0)->data % 2, 0);
+    walk(f);
+    gguf_close(f);
+    free(b.p);
+    b = align1_tensor(INVAR_T_Q8_0, 32, 97);
+    expect_error(&b, "not aligned to the 2 bytes Q8_0 needs (general.alignment 1)");
+    free(b.p);
+    b = align1_tensor(INVAR_T_F32, 4, 98);
+    expect_error(&b, "data at file offset 98 is not aligned to the 4 bytes F32 needs");
+    free(b.p);
+    b = align1_tensor(INVAR_T_Q4_K, 256, 99);
+    expect_error(&b, "Q4_K needs");
+    free(b.p);
 }
 
 static void test_hostile_tensors(void **state) {
@@ -734,11 +807,13 @@ int main(void) {
         cmocka_unit_test(test_full_file_tensors),
         cmocka_unit_test(test_v2_and_default_alignment),
         cmocka_unit_test(test_open_file_mmap),
+        cmocka_unit_test(test_open_rejects_fifo_without_blocking),
         cmocka_unit_test(test_every_truncation_fails),
         cmocka_unit_test(test_byte_flips),
         cmocka_unit_test(test_error_without_buffer),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_hostile_tensors),
+        cmocka_unit_test(test_alignment_one_needs_aligned_tensors),
         cmocka_unit_test(test_seed_corpus),
         cmocka_unit_test(test_default_model),
     };
