@@ -300,9 +300,12 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
     r->n = 1;
     r->created = (long long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)atomic_fetch_add(&next_id, 1));
-    cJSON *o = cJSON_ParseWithLength(body, len);
+    bool trailing;
+    cJSON *o = json_parse_whole(body, len, &trailing);
     if (!o) {
-        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_json", "The body is not valid JSON");
+        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_json",
+                      trailing ? "The body is not valid JSON: unexpected data after the JSON value"
+                               : "The body is not valid JSON");
         return -1;
     }
     int32_t **toks = NULL;

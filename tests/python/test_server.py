@@ -278,6 +278,16 @@ def test_errors(server, client):
     assert get_raw(server, "/health")[0] == 200  # still alive
 
 
+def test_trailing_garbage_rejected(server):
+    """A JSON object followed by anything but whitespace is a 400, not a request."""
+    ok = b'{"prompt": "x", "max_tokens": 1}'
+    for body in (ok + b" junk", ok + b"{}", ok + b"]", ok + b"\x00tail"):
+        st, text = post_raw(server, "/v1/completions", body)
+        check_error(st, text, 400)
+        assert "after the JSON value" in json.loads(text)["error"]["message"]
+    assert post_raw(server, "/v1/completions", ok + b" \r\n\t")[0] == 200
+
+
 # ---- online invariance ----------------------------------------------------------------------
 
 PROMPTS = [f"Question {i}: what is {i} plus {i * 3}? Also tell me about the colour number {i}." for i in range(16)] + \
