@@ -83,7 +83,13 @@ int cmd_serve(int argc, char **argv) {
     srv_state s;
     memset(&s, 0, sizeof s);
     s.model = m;
-    s.model_name = basename_of(path);
+    /* The name goes into JSON (and is matched against requests): valid UTF-8 only. */
+    char *name = utf8_sanitize(basename_of(path), strlen(basename_of(path)));
+    if (!name) {
+        invar_model_free(m);
+        return EXIT_IO;
+    }
+    s.model_name = name;
     s.max_connections = (int)max_conn;
     s.max_body = (size_t)max_body_kb * 1024;
     s.t_start = now_seconds();
@@ -92,6 +98,7 @@ int cmd_serve(int argc, char **argv) {
     if (invar_engine_create(m, &cfg, &s.engine, err, sizeof err)) {
         fprintf(stderr, "invar serve: %s\n", err);
         invar_model_free(m);
+        free(name);
         return EXIT_USAGE;
     }
     s.n_ctx = cfg.n_ctx > 0 && cfg.n_ctx < invar_model_n_ctx(m) ? cfg.n_ctx : invar_model_n_ctx(m);
@@ -99,6 +106,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "invar serve: cannot start the engine thread\n");
         invar_engine_free(s.engine);
         invar_model_free(m);
+        free(name);
         return EXIT_IO;
     }
     struct MHD_Daemon *d = srv_http_start(&s, host, (int)port, err, sizeof err);
@@ -107,6 +115,7 @@ int cmd_serve(int argc, char **argv) {
         srv_engine_stop(&s);
         invar_engine_free(s.engine);
         invar_model_free(m);
+        free(name);
         return EXIT_IO;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -132,6 +141,7 @@ int cmd_serve(int argc, char **argv) {
     invar_engine_free(s.engine);
     invar_model_free(m);
     free(s.pending);
+    free(name);
     fprintf(stderr, "invar serve: stopped\n");
     return EXIT_OK;
 }

@@ -2,6 +2,7 @@
  * limits, OpenAI error objects, non-streaming responses (the connection thread waits for
  * its call) and server-sent-event streams (the content reader waits for new tokens). */
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -358,12 +359,27 @@ static enum MHD_Result handle_completion(srv_state *s, struct MHD_Connection *co
     return r.stream ? complete_streaming(s, conn, &r) : complete_blocking(s, conn, &r);
 }
 
+/* One model object; cJSON escapes the name (a file name may hold quotes or backslashes). */
+static cJSON *model_object(const srv_state *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "invar");
+    return m;
+}
+
+static char *print_delete(cJSON *o) {
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
 static char *models_json(srv_state *s) {
-    char *buf = malloc(strlen(s->model_name) * 2 + 256);
-    if (buf)
-        sprintf(buf, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":0,\"owned_by\":\"invar\"}]}",
-                s->model_name);
-    return buf;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+    return print_delete(o);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -411,9 +427,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!strncmp(url, "/v1/models/", 11) && get) {
         if (strcmp(url + 11, s->model_name) && strcmp(url + 11, "default"))
             return send_simple_error(conn, 404, "invalid_request_error", "model_not_found", "no such model");
-        char *buf = malloc(strlen(s->model_name) + 128);
-        if (buf) sprintf(buf, "{\"id\":\"%s\",\"object\":\"model\",\"created\":0,\"owned_by\":\"invar\"}", s->model_name);
-        return send_text(conn, 200, "application/json", buf);
+        return send_text(conn, 200, "application/json", print_delete(model_object(s)));
     }
     bool is_cmpl = !strcmp(url, "/v1/completions"), is_chat = !strcmp(url, "/v1/chat/completions");
     if (is_cmpl || is_chat) {

@@ -45,7 +45,7 @@ typedef struct srv_call {
 typedef struct {
     invar_model *model;
     invar_engine *engine;
-    const char *model_name;     /* the GGUF file's basename */
+    const char *model_name;     /* the GGUF file's basename, invalid UTF-8 replaced by U+FFFD */
     int32_t n_ctx;              /* per-sequence limit the engine enforces */
     int max_connections;
     size_t max_body;

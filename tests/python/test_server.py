@@ -92,6 +92,22 @@ def post_raw(port, path, body, headers=None):
     return r.status, text
 
 
+def post_bytes(port, path, body):
+    """POST raw bytes; returns (status, body bytes): nothing decoded, so invalid UTF-8 shows."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    raw = r.read()
+    conn.close()
+    return r.status, raw
+
+
+def sse_events(raw):
+    """The JSON events of a raw SSE body, each decoded as strict UTF-8."""
+    return [json.loads(line[6:].decode("utf-8")) for line in raw.split(b"\n")
+            if line.startswith(b"data: {")]
+
+
 def get_raw(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
         return r.status, r.read().decode()
@@ -286,6 +302,60 @@ def test_trailing_garbage_rejected(server):
         check_error(st, text, 400)
         assert "after the JSON value" in json.loads(text)["error"]["message"]
     assert post_raw(server, "/v1/completions", ok + b" \r\n\t")[0] == 200
+
+
+def test_json_strings_are_valid_utf8(server):
+    """Client bytes the server puts into JSON (a model name in a 404, an echoed prompt) come out
+    as valid UTF-8, invalid sequences replaced by U+FFFD; .decode("utf-8") is strict."""
+    st, raw = post_bytes(server, "/v1/completions", b'{"prompt": "x", "model": "bad\xff\xfe\xc3"}')
+    assert st == 404
+    assert "bad\ufffd\ufffd\ufffd" in json.loads(raw.decode("utf-8"))["error"]["message"]
+    # a long valid name cut by the message buffer must not end in half a character
+    st, raw = post_bytes(server, "/v1/completions", json.dumps({"prompt": "x", "model": "é" * 300}).encode())
+    assert st == 404 and json.loads(raw.decode("utf-8"))["error"]["code"] == "model_not_found"
+
+    body = b'{"prompt": "ab\xff\xfe cd \xe2\x82", "max_tokens": 3, "echo": true, "logprobs": 1}'
+    st, raw = post_bytes(server, "/v1/completions", body)
+    assert st == 200, raw
+    text = json.loads(raw.decode("utf-8"))["choices"][0]["text"]
+    assert text.startswith("ab\ufffd\ufffd cd \ufffd\ufffd")
+    st, raw = post_bytes(server, "/v1/completions", body[:-1] + b', "stream": true}')
+    assert st == 200
+    assert "".join(e["choices"][0]["text"] for e in sse_events(raw) if e["choices"]) == text
+
+    # a token prompt ending inside a character: "Hi" and the first of an emoji's two tokens
+    def tokenize(text):
+        return [int(x) for x in subprocess.run([find_bin(), "tokenize", text], capture_output=True, text=True,
+                                               cwd=ROOT, check=True).stdout.split()]
+    emoji = tokenize("\U0001F642")
+    assert len(emoji) == 2
+    for stream in (False, True):
+        st, raw = post_bytes(server, "/v1/completions", json.dumps(
+            {"prompt": tokenize("Hi") + emoji[:1], "max_tokens": 2, "echo": True, "logprobs": 0,
+             "stream": stream}).encode())
+        assert st == 200
+        docs = sse_events(raw) if stream else [json.loads(raw.decode("utf-8"))]
+        assert docs[0]["choices"][0]["text"].startswith("Hi\ufffd")
+
+
+def test_odd_model_file_name(tmp_path):
+    """A model file name with a quote and an invalid byte: /v1/models is still valid UTF-8 JSON,
+    and the name it reports is the one the server accepts."""
+    if not MODEL.exists():
+        pytest.skip("default model missing")
+    link = os.path.join(os.fsencode(tmp_path), b'odd"\xff\\name.gguf')
+    os.symlink(MODEL, link)
+    proc, port = start_server("--model", os.fsdecode(link))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            ids = [m["id"] for m in json.loads(r.read().decode("utf-8"))["data"]]
+        assert ids == ['odd"\ufffd\\name.gguf']
+        st, raw = post_bytes(port, "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 1,
+                                                                 "model": ids[0]}).encode())
+        assert st == 200 and json.loads(raw.decode("utf-8"))["model"] == ids[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
 
 
 # ---- online invariance ----------------------------------------------------------------------
