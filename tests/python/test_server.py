@@ -14,6 +14,7 @@ import random
 import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -453,6 +454,78 @@ def test_disconnect_non_streaming_cancels(server):
     s.close()
     m = wait_idle_engine(server)
     assert m["invar_tokens_generated_total"] - before["invar_tokens_generated_total"] < 3000
+
+
+def send_request(port, body, path="/v1/completions"):
+    """A raw socket that has sent one complete POST request."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (path.encode(), len(data), data))
+    return s
+
+
+def answer_of(status, body, stream):
+    """(text, logprob texts) of a completion answer, non-streamed or streamed."""
+    assert status == 200, body
+    if not stream:
+        c = json.loads(body, parse_float=str)["choices"][0]
+        return c["text"], c["logprobs"]["token_logprobs"]
+    text, lps = "", []
+    for line in body.decode().split("\n"):
+        if line.startswith("data: {"):
+            c = json.loads(line[6:], parse_float=str)["choices"][0]
+            text += c["text"]
+            lps += c["logprobs"]["token_logprobs"] if c["logprobs"] else []
+    return text, lps
+
+
+def test_half_closed_client_gets_its_answer(server):
+    """A client may shut down its sending side once the request is out (HTTP/1.1 allows it):
+    it still gets the whole answer, streamed or not, bit for bit the normal one."""
+    req = {"prompt": "Tell me a story", "max_tokens": 64, "ignore_eos": True, "temperature": 0.7, "seed": 3,
+           "logprobs": 1}
+
+    def half_closed(stream):
+        s = send_request(server, dict(req, stream=stream))
+        s.shutdown(socket.SHUT_WR)
+        r = http.client.HTTPResponse(s)
+        r.begin()
+        body = r.read()
+        r.close()
+        s.close()
+        return answer_of(r.status, body, stream)
+
+    with cf.ThreadPoolExecutor(3) as ex:
+        ref = ex.submit(lambda: answer_of(*post_bytes(server, "/v1/completions", json.dumps(req).encode()), False))
+        got = [ex.submit(half_closed, stream) for stream in (False, True)]
+        ref = ref.result()
+        assert len(ref[1]) > 50
+        for g in got:
+            assert g.result() == ref
+    wait_idle_engine(server)
+
+
+@pytest.mark.parametrize("how", ["reset", "half_close_then_close"])
+def test_closed_client_is_cancelled(server, how):
+    """A non-streaming client that goes away for good has its request cancelled and its KV
+    blocks freed: one that resets, and one that half-closed first (and got the status line)."""
+    before = metrics(server)
+    s = send_request(server, {"prompt": "Tell me a long story", "max_tokens": 3000, "ignore_eos": True})
+    if how == "reset":
+        time.sleep(0.5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+    else:
+        s.shutdown(socket.SHUT_WR)
+        r = http.client.HTTPResponse(s)
+        r.begin()  # the server has taken the FIN as a possible half-close: 200 goes out early
+        assert r.status == 200
+        assert metrics(server)["invar_running_sequences"] >= 1
+        r.close()  # its file holds the socket open
+    s.close()
+    m = wait_idle_engine(server)
+    assert m["invar_tokens_generated_total"] - before["invar_tokens_generated_total"] < 3000
+    assert m["invar_requests_cancelled_total"] >= before["invar_requests_cancelled_total"] + 1
 
 
 def test_too_many_requests_429():
