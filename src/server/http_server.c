@@ -434,6 +434,12 @@ static enum MHD_Result complete_streaming(srv_state *s, struct MHD_Connection *c
     return ret;
 }
 
+/* The connection's read deadline (conn_guard.c), set up in on_connection. */
+static srv_conn *guard_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 /* ---- routes ---------------------------------------------------------------------------- */
 
 static enum MHD_Result handle_completion(srv_state *s, struct MHD_Connection *conn, conn_ctx *cc, bool chat) {
@@ -511,6 +517,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    srv_guard_phase(s, guard_of(conn), SRV_CONN_REQUEST_READ); /* whole request in: answering takes what it takes */
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (cc->too_big)
         return send_simple_error(conn, 413, "invalid_request_error", "body_too_large", "the request body is too large");
@@ -537,8 +544,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_simple_error(conn, 404, "invalid_request_error", "not_found", "no such endpoint");
 }
 
+/* Called once the request line is in, before the headers. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)uri;
+    srv_guard_phase(cls, guard_of(conn), SRV_CONN_REQUEST_LINE);
+    return NULL;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)conn, (void)toe;
+    (void)toe;
+    srv_guard_phase(cls, guard_of(conn), SRV_CONN_RESPONSE_DONE);
     conn_ctx *cc = *con_cls;
     if (cc) {
         free(cc->body);
@@ -548,8 +563,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx, enum MHD_ConnectionNotificationCode toe) {
-    (void)conn, (void)socket_ctx;
     srv_state *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? srv_guard_open(s, ci->connect_fd) : NULL;
+    } else {
+        srv_guard_close(s, *socket_ctx); /* before MHD closes the socket */
+        *socket_ctx = NULL;
+    }
     pthread_mutex_lock(&s->mu);
     s->open_connections += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
     pthread_mutex_unlock(&s->mu);
@@ -569,9 +590,12 @@ struct MHD_Daemon *srv_http_start(srv_state *s, const char *host, int port, char
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        /* Past our own limit (answered with 429) MHD refuses connections outright. */
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-        MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+        /* Past these MHD refuses connections at accept: one address cannot take them all. */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_open_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->max_connections_per_ip,
+        /* Silence only: a running request is never idle (streams send a keep-alive each second). */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s, MHD_OPTION_END);
     if (!d) snprintf(err, errlen, "cannot listen on %s:%d", host, port);
     return d;
 }

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import struct
@@ -541,6 +542,109 @@ def test_too_many_requests_429():
         check_error(*post_raw(port, "/v1/completions", {"prompt": "x", "max_tokens": 1}), 429)
         for s in socks:
             s.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def closed_by_server(socks, wait_s, want=None):
+    """Those of socks the server has closed (EOF or reset) within wait_s (or once want are)."""
+    closed, t_end = set(), time.time() + wait_s
+    while time.time() < t_end and len(closed) < (want or len(socks)):
+        ready, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
+        for s in ready:
+            try:
+                if s.recv(4096) == b"":
+                    closed.add(s)
+            except OSError:
+                closed.add(s)
+    return closed
+
+
+def test_idle_sockets_do_not_lock_out_others(server):
+    """One address opening more idle sockets than --max-connections-per-ip (default
+    --max-connections + 64 = 320) gets only that many, and a client from another address still
+    reaches /health (before, about 320 idle sockets locked out every client). The hog binds
+    127.0.0.2; the tests' client is 127.0.0.1."""
+    per_ip, n = 320, 400
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            try:
+                s.bind(("127.0.0.2", 0))
+            except OSError:
+                pytest.skip("cannot bind 127.0.0.2 as a source address")
+            s.connect(("127.0.0.1", server))
+        assert get_raw(server, "/health") == (200, '{"status":"ok"}')
+        # the ones past the limit were accepted and closed at once (the rest wait for --request-timeout-s, 15 s)
+        assert len(closed_by_server(socks, 5.0, want=n - per_ip)) == n - per_ip
+        assert metrics(server)["invar_open_connections"] <= per_ip + 8
+        assert get_raw(server, "/health")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+    t0 = time.time()
+    while metrics(server)["invar_open_connections"] > 8 and time.time() - t0 < 10:
+        time.sleep(0.1)
+
+
+def test_timeouts_drop_slow_and_idle_clients_not_slow_answers():
+    """--request-timeout-s: a client that trickles its headers or body (slowloris), or sends
+    nothing, is dropped once the request is not all in after that long; a kept-alive connection
+    is dropped after --idle-timeout-s without a new request. A request that takes longer than
+    both to answer (queued behind another with --max-batch 1), streamed or not, is untouched."""
+    proc, port = start_server("--request-timeout-s", "2", "--idle-timeout-s", "2", "--max-batch", "1")
+    try:
+        results = {}
+
+        def timed(name, stream):
+            t = time.time()
+            st, body = post_bytes(port, "/v1/completions", json.dumps(
+                {"prompt": name, "max_tokens": 8, "stream": stream}).encode())
+            results[name] = (st, body, time.time() - t)
+
+        # A stream holds the one batch slot until its client leaves; two requests queue behind it.
+        hog = send_request(port, {"prompt": "Go", "max_tokens": 3000, "ignore_eos": True, "stream": True})
+        assert hog.recv(4096).startswith(b"HTTP/1.1 200")
+        threads = [threading.Thread(target=timed, args=args) for args in (("queued stream", True),
+                                                                           ("queued plain", False))]
+        for t in threads:
+            t.start()
+        t_queued = time.time()
+
+        def connect(first=b""):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(first)
+            return s
+
+        slow_headers = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        slow_body = connect(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        silent = connect()
+        kept = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        t_open = time.time()
+        closed_at = {}
+        while len(closed_at) < 4 and time.time() - t_open < 10:
+            for s, trickle in ((slow_headers, b"X"), (slow_body, b" ")):
+                if s not in closed_at:
+                    try:
+                        s.sendall(trickle)  # a byte every 0.25 s: never silent
+                    except OSError:
+                        pass
+            for s in closed_by_server([x for x in (slow_headers, slow_body, silent, kept) if x not in closed_at], 0.25):
+                closed_at[s] = time.time() - t_open
+        assert len(closed_at) == 4, closed_at
+        assert all(1.5 < t < 6 for t in closed_at.values()), closed_at  # deadline 2 s, checked each second
+        time.sleep(max(0.0, t_queued + 4.5 - time.time()))  # the queued ones wait over twice the idle timeout
+        hog.close()
+        for t in threads:
+            t.join()
+        for name, (st, body, took) in results.items():
+            assert st == 200 and took > 4, (name, body, took)
+        assert results["queued stream"][1].rstrip().endswith(b"data: [DONE]")
+        assert metrics(port)["invar_connections_timed_out_total"] >= 4
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
