@@ -644,7 +644,8 @@ def test_timeouts_drop_slow_and_idle_clients_not_slow_answers():
         for name, (st, body, took) in results.items():
             assert st == 200 and took > 4, (name, body, took)
         assert results["queued stream"][1].rstrip().endswith(b"data: [DONE]")
-        assert metrics(port)["invar_connections_timed_out_total"] >= 4
+        # the trickling two only by the request deadline; the silent two by it or MHD's idle timeout
+        assert metrics(port)["invar_connections_timed_out_total"] >= 2
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
