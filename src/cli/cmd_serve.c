@@ -4,9 +4,9 @@
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -141,15 +141,18 @@ int cmd_serve(int argc, char **argv) {
     int rc = EXIT_IO;
     bool engine_up = false, guard_up = false;
     struct MHD_Daemon *d = NULL;
-    if (!(engine_up = !srv_engine_start(&s))) {
+    engine_up = srv_engine_start(&s) == 0;
+    if (!engine_up) {
         fprintf(stderr, "invar serve: cannot start the engine thread\n");
         goto out;
     }
-    if (!(guard_up = !srv_guard_start(&s))) {
+    guard_up = srv_guard_start(&s) == 0;
+    if (!guard_up) {
         fprintf(stderr, "invar serve: cannot start the connection guard thread\n");
         goto out;
     }
-    if (!(d = srv_http_start(&s, host, (int)port, err, sizeof err))) {
+    d = srv_http_start(&s, host, (int)port, err, sizeof err);
+    if (!d) {
         fprintf(stderr, "invar serve: %s\n", err);
         goto out;
     }
