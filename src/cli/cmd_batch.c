@@ -91,12 +91,13 @@ static int read_requests(batch_ctx *c, FILE *in) {
         job *j = &c->jobs[i];
         memset(j, 0, sizeof *j);
         c->lines[i] = lineno;
-        cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
+        bool trailing = false;
+        cJSON *o = json_parse_whole(line, (size_t)len, &trailing);
         c->ids[i] = NULL;
         char err[256];
         const char *bad;
         if (!o) {
-            bad = "invalid JSON";
+            bad = trailing ? "invalid JSON: unexpected data after the JSON value" : "invalid JSON";
         } else {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
             if (id) c->ids[i] = cJSON_Duplicate(id, 1);

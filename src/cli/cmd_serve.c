@@ -3,8 +3,10 @@
  * requests finish for up to --drain-s seconds, cancels the rest, exits 0. */
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -23,6 +25,10 @@ static const char *HELP =
     "  --port N               TCP port (default 8080)\n"
     "  --max-connections N    concurrent completion requests; more get 429 (default 256)\n"
     "  --max-body-kb N        largest request body (default 1024)\n"
+    "  --max-connections-per-ip N  open connections from one address (default --max-connections + 64)\n"
+    "  --max-open-connections N    open connections in all (default 4 x --max-connections-per-ip)\n"
+    "  --idle-timeout-s N     close a connection silent for N s (default 30)\n"
+    "  --request-timeout-s N  close a connection whose request is not all in after N s (default 15)\n"
     "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
     CLI_ENGINE_HELP;
 
@@ -42,9 +48,27 @@ static void wait_idle(srv_state *s, double seconds) {
     }
 }
 
+/* Each connection holds a socket: raises the soft open-files limit to fit max_open (plus
+ * room for the model, the listening socket and pipes), or lowers max_open to fit the hard one. */
+static int fit_fd_limit(int max_open) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)max_open + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= need) return max_open;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need ? rl.rlim_max : need;
+    if (setrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur < need) {
+        getrlimit(RLIMIT_NOFILE, &rl);
+        int fit = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+        fprintf(stderr, "invar serve: open-files limit %llu: at most %d open connections\n",
+                (unsigned long long)rl.rlim_cur, fit);
+        return fit < max_open ? fit : max_open;
+    }
+    return max_open;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_opt = NULL, *host = "127.0.0.1";
     int64_t port = 8080, max_conn = 256, max_body_kb = 1024, drain_s = 10;
+    int64_t per_ip = 0, max_open = 0, idle_s = 30, request_s = 15; /* 0: derived below */
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     for (int i = 1; i < argc; i++) {
@@ -65,6 +89,10 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "max-connections")) ok = parse_i64(val, 1, 100000, &max_conn);
         else if (!strcmp(name, "max-body-kb")) ok = parse_i64(val, 1, 1 << 20, &max_body_kb);
         else if (!strcmp(name, "drain-s")) ok = parse_i64(val, 0, 3600, &drain_s);
+        else if (!strcmp(name, "max-connections-per-ip")) ok = parse_i64(val, 1, 100000, &per_ip);
+        else if (!strcmp(name, "max-open-connections")) ok = parse_i64(val, 1, 100000, &max_open);
+        else if (!strcmp(name, "idle-timeout-s")) ok = parse_i64(val, 1, 86400, &idle_s);
+        else if (!strcmp(name, "request-timeout-s")) ok = parse_i64(val, 1, 86400, &request_s);
         else { fprintf(stderr, "invar serve: unknown option '%s' (see --help)\n", a); return EXIT_USAGE; }
         if (!ok) { fprintf(stderr, "invar serve: bad value '%s' for %s\n", val, a); return EXIT_USAGE; }
     }
@@ -83,31 +111,50 @@ int cmd_serve(int argc, char **argv) {
     srv_state s;
     memset(&s, 0, sizeof s);
     s.model = m;
-    s.model_name = basename_of(path);
+    /* The name goes into JSON (and is matched against requests): valid UTF-8 only. */
+    char *name = utf8_sanitize(basename_of(path), strlen(basename_of(path)));
+    if (!name) {
+        invar_model_free(m);
+        return EXIT_IO;
+    }
+    s.model_name = name;
     s.max_connections = (int)max_conn;
     s.max_body = (size_t)max_body_kb * 1024;
+    /* One client may fill every request slot and still reach /health and /metrics; it takes
+     * four clients at their limit to fill the server. */
+    if (!per_ip) per_ip = max_conn + 64;
+    if (!max_open) max_open = 4 * per_ip;
+    s.max_connections_per_ip = (int)per_ip;
+    s.max_open_connections = fit_fd_limit((int)max_open);
+    s.idle_timeout_s = (int)idle_s;
+    s.request_timeout_s = (int)request_s;
     s.t_start = now_seconds();
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);
     if (invar_engine_create(m, &cfg, &s.engine, err, sizeof err)) {
         fprintf(stderr, "invar serve: %s\n", err);
         invar_model_free(m);
+        free(name);
         return EXIT_USAGE;
     }
     s.n_ctx = cfg.n_ctx > 0 && cfg.n_ctx < invar_model_n_ctx(m) ? cfg.n_ctx : invar_model_n_ctx(m);
-    if (srv_engine_start(&s)) {
+    int rc = EXIT_IO;
+    bool engine_up = false, guard_up = false;
+    struct MHD_Daemon *d = NULL;
+    engine_up = srv_engine_start(&s) == 0;
+    if (!engine_up) {
         fprintf(stderr, "invar serve: cannot start the engine thread\n");
-        invar_engine_free(s.engine);
-        invar_model_free(m);
-        return EXIT_IO;
+        goto out;
     }
-    struct MHD_Daemon *d = srv_http_start(&s, host, (int)port, err, sizeof err);
+    guard_up = srv_guard_start(&s) == 0;
+    if (!guard_up) {
+        fprintf(stderr, "invar serve: cannot start the connection guard thread\n");
+        goto out;
+    }
+    d = srv_http_start(&s, host, (int)port, err, sizeof err);
     if (!d) {
         fprintf(stderr, "invar serve: %s\n", err);
-        srv_engine_stop(&s);
-        invar_engine_free(s.engine);
-        invar_model_free(m);
-        return EXIT_IO;
+        goto out;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "invar serve: model %s, listening on http://%s:%u\n", s.model_name, host,
@@ -128,10 +175,14 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_unlock(&s.mu);
     wait_idle(&s, 3.0);
     MHD_stop_daemon(d);
-    srv_engine_stop(&s);
+    rc = EXIT_OK;
+out:
+    if (guard_up) srv_guard_stop(&s); /* after the daemon: no connection is left */
+    if (engine_up) srv_engine_stop(&s);
     invar_engine_free(s.engine);
     invar_model_free(m);
     free(s.pending);
-    fprintf(stderr, "invar serve: stopped\n");
-    return EXIT_OK;
+    free(name);
+    if (rc == EXIT_OK) fprintf(stderr, "invar serve: stopped\n");
+    return rc;
 }

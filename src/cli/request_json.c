@@ -21,6 +21,19 @@ int32_t *tokenize_alloc(const invar_model *m, const char *text, bool parse_speci
     return ids;
 }
 
+cJSON *json_parse_whole(const char *text, size_t len, bool *trailing) {
+    const char *end = NULL;
+    *trailing = false;
+    cJSON *o = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!o) return NULL;
+    size_t k = (size_t)(end - text);
+    while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n')) k++;
+    if (k == len) return o;
+    cJSON_Delete(o);
+    *trailing = true;
+    return NULL;
+}
+
 static const char *get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int32_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return NULL;

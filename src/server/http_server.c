@@ -2,6 +2,8 @@
  * limits, OpenAI error objects, non-streaming responses (the connection thread waits for
  * its call) and server-sent-event streams (the content reader waits for new tokens). */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -74,14 +76,19 @@ static bool consume(srv_state *s, srv_choice *ch, text_tracker *tt, bool *done) 
     return progress;
 }
 
-/* Whether the client of a connection has closed its end (a non-streaming request whose
- * client gave up is then cancelled instead of running to the end). */
-static bool client_gone(struct MHD_Connection *conn) {
+/* What a non-blocking peek at the client's socket says. A FIN (PEER_EOF) is either a client
+ * that half-closed after sending its request (it still reads the answer) or one that closed
+ * for good: only a write can tell them apart, so that is not yet a reason to cancel. */
+enum peer_state { PEER_OPEN, PEER_EOF, PEER_GONE };
+
+static enum peer_state peer_state(struct MHD_Connection *conn) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+    if (!ci) return PEER_OPEN;
     char b;
     ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0;
+    if (n > 0) return PEER_OPEN;
+    if (n == 0) return PEER_EOF;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? PEER_OPEN : PEER_GONE; /* reset */
 }
 
 static void wait_call(srv_state *s, srv_call *c, double seconds) {
@@ -95,65 +102,159 @@ static void wait_call(srv_state *s, srv_call *c, double seconds) {
 
 /* ---- non-streaming --------------------------------------------------------------------- */
 
-static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *conn, api_request *r) {
-    srv_call *c = r->call;
-    int n = c->n_choices;
-    text_tracker *tt = calloc((size_t)n, sizeof *tt);
-    bool *done = calloc((size_t)n, sizeof *done);
-    invar_finish *fin = calloc((size_t)n, sizeof *fin);
-    if (!tt || !done || !fin) {
-        free(tt), free(done), free(fin);
-        srv_call_finish(s, c, false, false);
-        return send_simple_error(conn, 500, "server_error", NULL, "out of memory");
+/* A non-streaming call: its choices' trackers, and the answer once written. */
+typedef struct {
+    srv_state *s;
+    api_request req;
+    int n;                          /* choices (the call may be gone when freeing) */
+    text_tracker *tt;
+    bool *done;
+    invar_finish *fin;
+    char *body;                     /* the answer (deferred response only) */
+    size_t body_len, body_off;
+    bool ok, sent;
+} blocking_ctx;
+
+static void bc_free(blocking_ctx *b, bool ok, bool cancelled) {
+    srv_call_finish(b->s, b->req.call, ok, cancelled); /* may free the call */
+    for (int i = 0; b->tt && i < b->n; i++) tt_free(&b->tt[i]);
+    free(b->tt), free(b->done), free(b->fin), free(b->body);
+    api_request_free(&b->req);
+    free(b);
+}
+
+static blocking_ctx *bc_new(srv_state *s, api_request *r) {
+    blocking_ctx *b = calloc(1, sizeof *b);
+    int n = r->call->n_choices;
+    if (b) {
+        b->s = s;
+        b->req = *r;
+        b->n = n;
+        b->tt = calloc((size_t)n, sizeof *b->tt);
+        b->done = calloc((size_t)n, sizeof *b->done);
+        b->fin = calloc((size_t)n, sizeof *b->fin);
     }
-    for (int i = 0; i < n; i++) tt_init(&tt[i], (const char *const *)r->stops, r->n_stops);
-    srv_call_submit(s, c);
-    api_error err = {0};
-    bool gone = false;
-    double t_check = now_seconds();
+    if (!b || !b->tt || !b->done || !b->fin) {
+        if (b) {
+            bc_free(b, false, false);
+        } else {
+            srv_call_finish(s, r->call, false, false);
+            api_request_free(r);
+        }
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) tt_init(&b->tt[i], (const char *const *)r->stops, r->n_stops);
+    return b;
+}
+
+/* Takes in new tokens, waiting up to `seconds` for news; true once every choice is done. */
+static bool bc_wait(blocking_ctx *b, double seconds) {
+    srv_state *s = b->s;
+    srv_call *c = b->req.call;
+    int n = c->n_choices;
+    bool all = false;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
+    for (int attempt = 0; attempt < 2 && !all; attempt++) {
         int n_done = 0;
         for (int i = 0; i < n; i++) {
-            consume(s, &c->choices[i], &tt[i], &done[i]);
-            n_done += done[i];
+            consume(s, &c->choices[i], &b->tt[i], &b->done[i]);
+            n_done += b->done[i];
         }
-        if (n_done == n) break;
-        if (now_seconds() - t_check > 0.25) {
-            t_check = now_seconds();
-            pthread_mutex_unlock(&s->mu);
-            gone = client_gone(conn);
-            pthread_mutex_lock(&s->mu);
-            if (gone) break;
-        }
-        wait_call(s, c, 0.25);
+        all = n_done == n;
+        if (!all && attempt == 0) wait_call(s, c, seconds);
     }
-    if (gone) { /* nobody to answer: cancel (srv_call_finish) and drop the connection */
-        pthread_mutex_unlock(&s->mu);
-        srv_call_finish(s, c, false, true);
-        for (int i = 0; i < n; i++) tt_free(&tt[i]);
-        free(tt), free(done), free(fin);
-        api_request_free(r);
-        return MHD_NO;
-    }
-    for (int i = 0; i < n; i++) {
-        fin[i] = c->choices[i].finish;
-        if (fin[i] == INVAR_FINISH_ERROR && !err.status)
+    pthread_mutex_unlock(&s->mu);
+    return all;
+}
+
+/* The answer of a finished call: the response JSON, or an error object; *status its HTTP status. */
+static char *bc_answer(blocking_ctx *b, int *status) {
+    srv_state *s = b->s;
+    srv_call *c = b->req.call;
+    api_error err = {0};
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < c->n_choices; i++) {
+        b->fin[i] = c->choices[i].finish;
+        if (b->fin[i] == INVAR_FINISH_ERROR && !err.status)
             api_error_set(&err, s->engine_failed ? 500 : 400, s->engine_failed ? "server_error" : "invalid_request_error",
                           NULL, NULL, "%s", c->choices[i].error);
-        if (fin[i] == INVAR_FINISH_CANCELLED && !tt[i].stopped && !err.status)
+        if (b->fin[i] == INVAR_FINISH_CANCELLED && !b->tt[i].stopped && !err.status)
             api_error_set(&err, 503, "server_error", NULL, "cancelled", "the server is shutting down");
     }
     pthread_mutex_unlock(&s->mu);
-    if (!err.status && r->echo && r->logprobs && api_score_echo(s, r))
+    if (!err.status && b->req.echo && b->req.logprobs && api_score_echo(s, &b->req))
         api_error_set(&err, 500, "server_error", NULL, NULL, "scoring the echoed prompt failed");
-    enum MHD_Result ret;
-    if (err.status) ret = send_error(conn, &err);
-    else ret = send_text(conn, 200, "application/json", api_response_json(s, r, tt, fin));
-    srv_call_finish(s, c, !err.status, false);
-    for (int i = 0; i < n; i++) tt_free(&tt[i]);
-    free(tt), free(done), free(fin);
-    api_request_free(r);
+    *status = err.status ? err.status : 200;
+    return err.status ? api_error_json(&err) : api_response_json(s, &b->req, b->tt, b->fin);
+}
+
+/* Deferred answer for a client that sent a FIN: the status line (200) goes out at once and a
+ * space (whitespace before a JSON value is allowed) every half second until the answer is
+ * ready. A client that only half-closed reads on; one that closed for good answers the
+ * first bytes with a reset, the next write fails, MHD drops the connection and
+ * deferred_free cancels the call. A late error arrives as the error object in this 200. */
+static ssize_t deferred_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    blocking_ctx *b = cls;
+    if (!b->body) {
+        double t_end = now_seconds() + 0.5; /* one space per half second, not per token */
+        bool all;
+        while (!(all = bc_wait(b, 0.1)) && now_seconds() < t_end) continue;
+        if (!all) {
+            buf[0] = ' ';
+            return 1;
+        }
+        int status;
+        b->body = bc_answer(b, &status);
+        if (!b->body) return MHD_CONTENT_READER_END_WITH_ERROR;
+        b->ok = status == 200;
+        b->body_len = strlen(b->body);
+    }
+    if (b->body_off == b->body_len) {
+        b->sent = true;
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t k = b->body_len - b->body_off;
+    if (k > max) k = max;
+    memcpy(buf, b->body + b->body_off, k);
+    b->body_off += k;
+    return (ssize_t)k;
+}
+
+static void deferred_free(void *cls) {
+    blocking_ctx *b = cls;
+    bc_free(b, b->sent && b->ok, !b->sent);
+}
+
+static enum MHD_Result answer_deferred(struct MHD_Connection *conn, blocking_ctx *b) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, deferred_read, b, deferred_free);
+    if (!resp) {
+        bc_free(b, false, true);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *conn, api_request *r) {
+    blocking_ctx *b = bc_new(s, r);
+    if (!b) return send_simple_error(conn, 500, "server_error", NULL, "out of memory");
+    srv_call_submit(s, b->req.call);
+    while (!bc_wait(b, 0.25)) {
+        enum peer_state ps = peer_state(conn);
+        if (ps == PEER_GONE) { /* reset: nobody to answer; cancel and drop the connection */
+            bc_free(b, false, true);
+            return MHD_NO;
+        }
+        if (ps == PEER_EOF) return answer_deferred(conn, b);
+    }
+    int status;
+    char *json = bc_answer(b, &status);
+    bool ok = json && status == 200;
+    enum MHD_Result ret = send_text(conn, status, "application/json", json); /* NULL: 500 */
+    bc_free(b, ok, false);
     return ret;
 }
 
@@ -333,6 +434,12 @@ static enum MHD_Result complete_streaming(srv_state *s, struct MHD_Connection *c
     return ret;
 }
 
+/* The connection's read deadline (conn_guard.c), set up in on_connection. */
+static srv_conn *guard_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 /* ---- routes ---------------------------------------------------------------------------- */
 
 static enum MHD_Result handle_completion(srv_state *s, struct MHD_Connection *conn, conn_ctx *cc, bool chat) {
@@ -358,12 +465,27 @@ static enum MHD_Result handle_completion(srv_state *s, struct MHD_Connection *co
     return r.stream ? complete_streaming(s, conn, &r) : complete_blocking(s, conn, &r);
 }
 
+/* One model object; cJSON escapes the name (a file name may hold quotes or backslashes). */
+static cJSON *model_object(const srv_state *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "invar");
+    return m;
+}
+
+static char *print_delete(cJSON *o) {
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
 static char *models_json(srv_state *s) {
-    char *buf = malloc(strlen(s->model_name) * 2 + 256);
-    if (buf)
-        sprintf(buf, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":0,\"owned_by\":\"invar\"}]}",
-                s->model_name);
-    return buf;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+    return print_delete(o);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -395,6 +517,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    srv_guard_phase(s, guard_of(conn), SRV_CONN_REQUEST_READ); /* whole request in: answering takes what it takes */
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (cc->too_big)
         return send_simple_error(conn, 413, "invalid_request_error", "body_too_large", "the request body is too large");
@@ -411,9 +534,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!strncmp(url, "/v1/models/", 11) && get) {
         if (strcmp(url + 11, s->model_name) && strcmp(url + 11, "default"))
             return send_simple_error(conn, 404, "invalid_request_error", "model_not_found", "no such model");
-        char *buf = malloc(strlen(s->model_name) + 128);
-        if (buf) sprintf(buf, "{\"id\":\"%s\",\"object\":\"model\",\"created\":0,\"owned_by\":\"invar\"}", s->model_name);
-        return send_text(conn, 200, "application/json", buf);
+        return send_text(conn, 200, "application/json", print_delete(model_object(s)));
     }
     bool is_cmpl = !strcmp(url, "/v1/completions"), is_chat = !strcmp(url, "/v1/chat/completions");
     if (is_cmpl || is_chat) {
@@ -423,8 +544,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_simple_error(conn, 404, "invalid_request_error", "not_found", "no such endpoint");
 }
 
+/* Called once the request line is in, before the headers. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)uri;
+    srv_guard_phase(cls, guard_of(conn), SRV_CONN_REQUEST_LINE);
+    return NULL;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)conn, (void)toe;
+    (void)toe;
+    srv_guard_phase(cls, guard_of(conn), SRV_CONN_RESPONSE_DONE);
     conn_ctx *cc = *con_cls;
     if (cc) {
         free(cc->body);
@@ -434,8 +563,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx, enum MHD_ConnectionNotificationCode toe) {
-    (void)conn, (void)socket_ctx;
     srv_state *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = ci ? srv_guard_open(s, ci->connect_fd) : NULL;
+    } else {
+        srv_guard_close(s, *socket_ctx); /* before MHD closes the socket */
+        *socket_ctx = NULL;
+    }
     pthread_mutex_lock(&s->mu);
     s->open_connections += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
     pthread_mutex_unlock(&s->mu);
@@ -455,9 +590,12 @@ struct MHD_Daemon *srv_http_start(srv_state *s, const char *host, int port, char
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        /* Past our own limit (answered with 429) MHD refuses connections outright. */
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->max_connections + 64), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-        MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,
+        /* Past these MHD refuses connections at accept: one address cannot take them all. */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_open_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->max_connections_per_ip,
+        /* Silence only: a running request is never idle (streams send a keep-alive each second). */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s, MHD_OPTION_END);
     if (!d) snprintf(err, errlen, "cannot listen on %s:%d", host, port);
     return d;
 }

@@ -83,5 +83,11 @@ char *srv_metrics_text(srv_state *s) {
     put(&b, "invar_request_latency_seconds_sum %.17g\n", s->latency_sum);
     put(&b, "invar_request_latency_seconds_count %lld\n", (long long)cum);
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->guard_mu);
+    int64_t timed_out = s->conns_timed_out;
+    pthread_mutex_unlock(&s->guard_mu);
+    metric(&b, "invar_connections_timed_out_total", "counter",
+           "Connections closed for not sending a whole request within --request-timeout-s (or the next one within --idle-timeout-s).",
+           (double)timed_out);
     return b.buf;
 }

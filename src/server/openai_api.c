@@ -28,7 +28,11 @@ void api_error_set(api_error *e, int status, const char *type, const char *param
 
 char *api_error_json(const api_error *e) {
     cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(o, "message", e->message);
+    /* The message may quote client bytes (a model name) or be cut mid-character by the
+     * fixed buffer: JSON strings must be valid UTF-8. */
+    char *msg = utf8_sanitize(e->message, strlen(e->message));
+    cJSON_AddStringToObject(o, "message", msg ? msg : "");
+    free(msg);
     cJSON_AddStringToObject(o, "type", e->type ? e->type : "invalid_request_error");
     if (e->param) cJSON_AddStringToObject(o, "param", e->param);
     else cJSON_AddNullToObject(o, "param");
@@ -189,7 +193,7 @@ static int collect_prompts(srv_state *s, const cJSON *p, int32_t ***toks, int64_
     for (int i = 0; i < k; i++) {
         const cJSON *it = items[i];
         if (cJSON_IsString(it)) {
-            (*texts)[i] = strdup(it->valuestring);
+            (*texts)[i] = utf8_sanitize(it->valuestring, strlen(it->valuestring)); /* echoed into JSON */
             (*toks)[i] = tokenize_alloc(s->model, it->valuestring, true, &(*lens)[i]); /* raw prompt */
             if (!(*texts)[i] || !(*toks)[i]) goto oom;
             continue;
@@ -303,9 +307,12 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
     r->n = 1;
     r->created = (long long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)atomic_fetch_add(&next_id, 1));
-    cJSON *o = cJSON_ParseWithLength(body, len);
+    bool trailing;
+    cJSON *o = json_parse_whole(body, len, &trailing);
     if (!o) {
-        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_json", "The body is not valid JSON");
+        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_json",
+                      trailing ? "The body is not valid JSON: unexpected data after the JSON value"
+                               : "The body is not valid JSON");
         return -1;
     }
     int32_t **toks = NULL;

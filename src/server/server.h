@@ -42,13 +42,20 @@ typedef struct srv_call {
     double t_start;
 } srv_call;
 
+struct srv_conn;
+typedef struct srv_conn srv_conn;   /* conn_guard.c: one open connection's read deadline */
+
 typedef struct {
     invar_model *model;
     invar_engine *engine;
-    const char *model_name;     /* the GGUF file's basename */
+    const char *model_name;     /* the GGUF file's basename, invalid UTF-8 replaced by U+FFFD */
     int32_t n_ctx;              /* per-sequence limit the engine enforces */
-    int max_connections;
+    int max_connections;        /* completion requests in progress; more get 429 */
     size_t max_body;
+    int max_open_connections;   /* sockets; more are refused at accept */
+    int max_connections_per_ip;
+    int idle_timeout_s;         /* silence on a connection closes it (MHD) */
+    int request_timeout_s;      /* a request must arrive whole within this (conn_guard.c) */
 
     pthread_mutex_t mu;
     pthread_cond_t work;        /* engine thread waits here for submissions/cancels */
@@ -70,6 +77,14 @@ typedef struct {
     double t_start;
 
     pthread_t engine_thread;
+
+    /* conn_guard.c, guarded by guard_mu */
+    pthread_mutex_t guard_mu;
+    pthread_cond_t guard_cv;
+    srv_conn *conns;
+    bool guard_stop;
+    int64_t conns_timed_out;
+    pthread_t guard_thread;
 } srv_state;
 
 extern const double SRV_LATENCY_BOUNDS[SRV_LATENCY_BUCKETS];
@@ -83,6 +98,16 @@ srv_call *srv_call_new(int n);
 void srv_call_submit(srv_state *s, srv_call *c);
 /* The connection is done with the call: cancels what still runs, drops its reference. */
 void srv_call_finish(srv_state *s, srv_call *c, bool ok, bool cancelled);
+
+/* conn_guard.c: request-read deadlines. A connection is opened, then for each request its
+ * request line arrives, the whole request is read (no deadline while it is answered), the
+ * response is done (the next request must begin within idle_timeout_s); then closed. */
+typedef enum { SRV_CONN_REQUEST_LINE, SRV_CONN_REQUEST_READ, SRV_CONN_RESPONSE_DONE } srv_conn_phase;
+int srv_guard_start(srv_state *s);
+void srv_guard_stop(srv_state *s);  /* after the daemon has stopped */
+srv_conn *srv_guard_open(srv_state *s, int fd);   /* NULL on failure: that connection is unguarded */
+void srv_guard_phase(srv_state *s, srv_conn *c, srv_conn_phase p);
+void srv_guard_close(srv_state *s, srv_conn *c);
 
 /* metrics.c: Prometheus text; malloc'd. */
 char *srv_metrics_text(srv_state *s);

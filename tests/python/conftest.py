@@ -41,6 +41,10 @@ SYNTHETIC_VARIANTS = {
 }
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "soak: the bounded server soak test (about 35 s; -m 'not soak' skips it)")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT

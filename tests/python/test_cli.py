@@ -123,6 +123,19 @@ def test_bad_lines_get_errors_and_others_run():
     assert clean[0]["logprobs"] == res[0]["logprobs"]
 
 
+def test_trailing_garbage_line_is_an_error():
+    """A JSON object followed by junk is not a request: that line gets an error record."""
+    good = json.dumps(REQUESTS[4])
+    lines = [good, good + " junk", good + "{}", good + " \t\r"]
+    p, res = batch(lines)
+    assert p.returncode == 1
+    assert len(res) == 4
+    for r in res[1:3]:
+        assert r["finish_reason"] == "error" and "after the JSON value" in r["error"], r
+    assert [r["line"] for r in res[1:3]] == [2, 3]
+    assert res[0]["token_ids"] == res[3]["token_ids"]  # trailing whitespace is fine
+
+
 def test_missing_and_corrupt_model(tmp_path: Path):
     p = run(["generate", "--model", str(tmp_path / "nope.gguf"), "hi"])
     assert p.returncode == 3 and "cannot load model" in p.stderr

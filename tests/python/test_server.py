@@ -12,8 +12,10 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -90,6 +92,22 @@ def post_raw(port, path, body, headers=None):
     text = r.read().decode()
     conn.close()
     return r.status, text
+
+
+def post_bytes(port, path, body):
+    """POST raw bytes; returns (status, body bytes): nothing decoded, so invalid UTF-8 shows."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    raw = r.read()
+    conn.close()
+    return r.status, raw
+
+
+def sse_events(raw):
+    """The JSON events of a raw SSE body, each decoded as strict UTF-8."""
+    return [json.loads(line[6:].decode("utf-8")) for line in raw.split(b"\n")
+            if line.startswith(b"data: {")]
 
 
 def get_raw(port, path):
@@ -297,6 +315,70 @@ def test_errors(server, client):
     assert get_raw(server, "/health")[0] == 200  # still alive
 
 
+def test_trailing_garbage_rejected(server):
+    """A JSON object followed by anything but whitespace is a 400, not a request."""
+    ok = b'{"prompt": "x", "max_tokens": 1}'
+    for body in (ok + b" junk", ok + b"{}", ok + b"]", ok + b"\x00tail"):
+        st, text = post_raw(server, "/v1/completions", body)
+        check_error(st, text, 400)
+        assert "after the JSON value" in json.loads(text)["error"]["message"]
+    assert post_raw(server, "/v1/completions", ok + b" \r\n\t")[0] == 200
+
+
+def test_json_strings_are_valid_utf8(server):
+    """Client bytes the server puts into JSON (a model name in a 404, an echoed prompt) come out
+    as valid UTF-8, invalid sequences replaced by U+FFFD; .decode("utf-8") is strict."""
+    st, raw = post_bytes(server, "/v1/completions", b'{"prompt": "x", "model": "bad\xff\xfe\xc3"}')
+    assert st == 404
+    assert "bad\ufffd\ufffd\ufffd" in json.loads(raw.decode("utf-8"))["error"]["message"]
+    # a long valid name cut by the message buffer must not end in half a character
+    st, raw = post_bytes(server, "/v1/completions", json.dumps({"prompt": "x", "model": "é" * 300}).encode())
+    assert st == 404 and json.loads(raw.decode("utf-8"))["error"]["code"] == "model_not_found"
+
+    body = b'{"prompt": "ab\xff\xfe cd \xe2\x82", "max_tokens": 3, "echo": true, "logprobs": 1}'
+    st, raw = post_bytes(server, "/v1/completions", body)
+    assert st == 200, raw
+    text = json.loads(raw.decode("utf-8"))["choices"][0]["text"]
+    assert text.startswith("ab\ufffd\ufffd cd \ufffd\ufffd")
+    st, raw = post_bytes(server, "/v1/completions", body[:-1] + b', "stream": true}')
+    assert st == 200
+    assert "".join(e["choices"][0]["text"] for e in sse_events(raw) if e["choices"]) == text
+
+    # a token prompt ending inside a character: "Hi" and the first of an emoji's two tokens
+    def tokenize(text):
+        return [int(x) for x in subprocess.run([find_bin(), "tokenize", text], capture_output=True, text=True,
+                                               cwd=ROOT, check=True).stdout.split()]
+    emoji = tokenize("\U0001F642")
+    assert len(emoji) == 2
+    for stream in (False, True):
+        st, raw = post_bytes(server, "/v1/completions", json.dumps(
+            {"prompt": tokenize("Hi") + emoji[:1], "max_tokens": 2, "echo": True, "logprobs": 0,
+             "stream": stream}).encode())
+        assert st == 200
+        docs = sse_events(raw) if stream else [json.loads(raw.decode("utf-8"))]
+        assert docs[0]["choices"][0]["text"].startswith("Hi\ufffd")
+
+
+def test_odd_model_file_name(tmp_path):
+    """A model file name with a quote and an invalid byte: /v1/models is still valid UTF-8 JSON,
+    and the name it reports is the one the server accepts."""
+    if not MODEL.exists():
+        pytest.skip("default model missing")
+    link = os.path.join(os.fsencode(tmp_path), b'odd"\xff\\name.gguf')
+    os.symlink(MODEL, link)
+    proc, port = start_server("--model", os.fsdecode(link))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            ids = [m["id"] for m in json.loads(r.read().decode("utf-8"))["data"]]
+        assert ids == ['odd"\ufffd\\name.gguf']
+        st, raw = post_bytes(port, "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 1,
+                                                                 "model": ids[0]}).encode())
+        assert st == 200 and json.loads(raw.decode("utf-8"))["model"] == ids[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
 # ---- online invariance ----------------------------------------------------------------------
 
 PROMPTS = [f"Question {i}: what is {i} plus {i * 3}? Also tell me about the colour number {i}." for i in range(16)] + \
@@ -394,6 +476,78 @@ def test_disconnect_non_streaming_cancels(server):
     assert m["invar_tokens_generated_total"] - before["invar_tokens_generated_total"] < 3000
 
 
+def send_request(port, body, path="/v1/completions"):
+    """A raw socket that has sent one complete POST request."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (path.encode(), len(data), data))
+    return s
+
+
+def answer_of(status, body, stream):
+    """(text, logprob texts) of a completion answer, non-streamed or streamed."""
+    assert status == 200, body
+    if not stream:
+        c = json.loads(body, parse_float=str)["choices"][0]
+        return c["text"], c["logprobs"]["token_logprobs"]
+    text, lps = "", []
+    for line in body.decode().split("\n"):
+        if line.startswith("data: {"):
+            c = json.loads(line[6:], parse_float=str)["choices"][0]
+            text += c["text"]
+            lps += c["logprobs"]["token_logprobs"] if c["logprobs"] else []
+    return text, lps
+
+
+def test_half_closed_client_gets_its_answer(server):
+    """A client may shut down its sending side once the request is out (HTTP/1.1 allows it):
+    it still gets the whole answer, streamed or not, bit for bit the normal one."""
+    req = {"prompt": "Tell me a story", "max_tokens": 64, "ignore_eos": True, "temperature": 0.7, "seed": 3,
+           "logprobs": 1}
+
+    def half_closed(stream):
+        s = send_request(server, dict(req, stream=stream))
+        s.shutdown(socket.SHUT_WR)
+        r = http.client.HTTPResponse(s)
+        r.begin()
+        body = r.read()
+        r.close()
+        s.close()
+        return answer_of(r.status, body, stream)
+
+    with cf.ThreadPoolExecutor(3) as ex:
+        ref = ex.submit(lambda: answer_of(*post_bytes(server, "/v1/completions", json.dumps(req).encode()), False))
+        got = [ex.submit(half_closed, stream) for stream in (False, True)]
+        ref = ref.result()
+        assert len(ref[1]) > 50
+        for g in got:
+            assert g.result() == ref
+    wait_idle_engine(server)
+
+
+@pytest.mark.parametrize("how", ["reset", "half_close_then_close"])
+def test_closed_client_is_cancelled(server, how):
+    """A non-streaming client that goes away for good has its request cancelled and its KV
+    blocks freed: one that resets, and one that half-closed first (and got the status line)."""
+    before = metrics(server)
+    s = send_request(server, {"prompt": "Tell me a long story", "max_tokens": 3000, "ignore_eos": True})
+    if how == "reset":
+        time.sleep(0.5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+    else:
+        s.shutdown(socket.SHUT_WR)
+        r = http.client.HTTPResponse(s)
+        r.begin()  # the server has taken the FIN as a possible half-close: 200 goes out early
+        assert r.status == 200
+        assert metrics(server)["invar_running_sequences"] >= 1
+        r.close()  # its file holds the socket open
+    s.close()
+    m = wait_idle_engine(server)
+    assert m["invar_tokens_generated_total"] - before["invar_tokens_generated_total"] < 3000
+    assert m["invar_requests_cancelled_total"] >= before["invar_requests_cancelled_total"] + 1
+
+
 def test_too_many_requests_429():
     proc, port = start_server("--max-connections", "2")
     try:
@@ -407,6 +561,110 @@ def test_too_many_requests_429():
         check_error(*post_raw(port, "/v1/completions", {"prompt": "x", "max_tokens": 1}), 429)
         for s in socks:
             s.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def closed_by_server(socks, wait_s, want=None):
+    """Those of socks the server has closed (EOF or reset) within wait_s (or once want are)."""
+    closed, t_end = set(), time.time() + wait_s
+    while time.time() < t_end and len(closed) < (want or len(socks)):
+        ready, _, _ = select.select([s for s in socks if s not in closed], [], [], 0.2)
+        for s in ready:
+            try:
+                if s.recv(4096) == b"":
+                    closed.add(s)
+            except OSError:
+                closed.add(s)
+    return closed
+
+
+def test_idle_sockets_do_not_lock_out_others(server):
+    """One address opening more idle sockets than --max-connections-per-ip (default
+    --max-connections + 64 = 320) gets only that many, and a client from another address still
+    reaches /health (before, about 320 idle sockets locked out every client). The hog binds
+    127.0.0.2; the tests' client is 127.0.0.1."""
+    per_ip, n = 320, 400
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            try:
+                s.bind(("127.0.0.2", 0))
+            except OSError:
+                pytest.skip("cannot bind 127.0.0.2 as a source address")
+            s.connect(("127.0.0.1", server))
+        assert get_raw(server, "/health") == (200, '{"status":"ok"}')
+        # the ones past the limit were accepted and closed at once (the rest wait for --request-timeout-s, 15 s)
+        assert len(closed_by_server(socks, 5.0, want=n - per_ip)) == n - per_ip
+        assert metrics(server)["invar_open_connections"] <= per_ip + 8
+        assert get_raw(server, "/health")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+    t0 = time.time()
+    while metrics(server)["invar_open_connections"] > 8 and time.time() - t0 < 10:
+        time.sleep(0.1)
+
+
+def test_timeouts_drop_slow_and_idle_clients_not_slow_answers():
+    """--request-timeout-s: a client that trickles its headers or body (slowloris), or sends
+    nothing, is dropped once the request is not all in after that long; a kept-alive connection
+    is dropped after --idle-timeout-s without a new request. A request that takes longer than
+    both to answer (queued behind another with --max-batch 1), streamed or not, is untouched."""
+    proc, port = start_server("--request-timeout-s", "2", "--idle-timeout-s", "2", "--max-batch", "1")
+    try:
+        results = {}
+
+        def timed(name, stream):
+            t = time.time()
+            st, body = post_bytes(port, "/v1/completions", json.dumps(
+                {"prompt": name, "max_tokens": 8, "stream": stream}).encode())
+            results[name] = (st, body, time.time() - t)
+
+        # A stream holds the one batch slot until its client leaves; two requests queue behind it.
+        hog = send_request(port, {"prompt": "Go", "max_tokens": 3000, "ignore_eos": True, "stream": True})
+        assert hog.recv(4096).startswith(b"HTTP/1.1 200")
+        threads = [threading.Thread(target=timed, args=args) for args in (("queued stream", True),
+                                                                           ("queued plain", False))]
+        for t in threads:
+            t.start()
+        t_queued = time.time()
+
+        def connect(first=b""):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(first)
+            return s
+
+        slow_headers = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        slow_body = connect(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        silent = connect()
+        kept = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        t_open = time.time()
+        closed_at = {}
+        while len(closed_at) < 4 and time.time() - t_open < 10:
+            for s, trickle in ((slow_headers, b"X"), (slow_body, b" ")):
+                if s not in closed_at:
+                    try:
+                        s.sendall(trickle)  # a byte every 0.25 s: never silent
+                    except OSError:
+                        pass
+            for s in closed_by_server([x for x in (slow_headers, slow_body, silent, kept) if x not in closed_at], 0.25):
+                closed_at[s] = time.time() - t_open
+        assert len(closed_at) == 4, closed_at
+        assert all(1.5 < t < 6 for t in closed_at.values()), closed_at  # deadline 2 s, checked each second
+        time.sleep(max(0.0, t_queued + 4.5 - time.time()))  # the queued ones wait over twice the idle timeout
+        hog.close()
+        for t in threads:
+            t.join()
+        for name, (st, body, took) in results.items():
+            assert st == 200 and took > 4, (name, body, took)
+        assert results["queued stream"][1].rstrip().endswith(b"data: [DONE]")
+        # the trickling two only by the request deadline; the silent two by it or MHD's idle timeout
+        assert metrics(port)["invar_connections_timed_out_total"] >= 2
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
