@@ -21,3 +21,10 @@ int backend_create(invar_device device, model *m, const backend_opts *o, backend
 void backend_destroy(backend *b) {
     if (b) b->ops->destroy(b);
 }
+
+int backend_rows_ok(backend *b, int64_t n) {
+    if (n >= 0 && n <= b->n_logits) return 1;
+    snprintf(b->error, sizeof b->error, "asked for %lld logits rows, the last forward made %lld", (long long)n,
+             (long long)b->n_logits);
+    return 0;
+}

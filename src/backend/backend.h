@@ -58,8 +58,12 @@ struct backend {
     const backend_ops *ops;
     model *m;
     backend_opts opts;
+    int64_t n_logits;       /* logits rows the last forward kept */
     char error[256];        /* message of the last failed call */
 };
+
+/* For implementations: 1 if n rows of the last forward exist, else 0 with a message. */
+int backend_rows_ok(backend *b, int64_t n);
 
 /* Creates the backend for `device`; a clear message in err when the device is missing, was
  * not built in, or cannot hold the model. */

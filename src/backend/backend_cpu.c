@@ -15,7 +15,6 @@ typedef struct {
     threadpool *tp;
     fwd_state *fwd;
     float *logits;          /* [max_logits][n_vocab] */
-    int64_t n_logits;       /* rows of the last forward */
     int32_t *work_idx;      /* sampler work space, one vocab-sized slot per thread */
     float *work_p;
 } cpu_backend;
@@ -58,12 +57,12 @@ static void cpu_kv_destroy(backend *b, backend_kv *kv) {
 
 static int cpu_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
     cpu_backend *c = cpu(b);
-    c->n_logits = 0;
+    b->n_logits = 0;
     if (model_forward(b->m, c->fwd, c->tp, &kv->s, batch, c->logits)) {
         snprintf(b->error, sizeof b->error, "forward pass rejected its batch");
         return -1;
     }
-    c->n_logits = batch->n_logits;
+    b->n_logits = batch->n_logits;
     return 0;
 }
 
@@ -86,17 +85,9 @@ static void sample_task(void *p, int64_t slot) {
                        x->c->work_idx + slot * V, x->c->work_p + slot * V);
 }
 
-static int rows_ok(backend *b, int64_t n) {
-    if (n < 0 || n > cpu(b)->n_logits) {
-        snprintf(b->error, sizeof b->error, "asked for %lld logits rows, the last forward made %lld", (long long)n,
-                 (long long)cpu(b)->n_logits);
-        return 0;
-    }
-    return 1;
-}
 
 static int cpu_sample(backend *b, int64_t n, const sample_row *rows, invar_token_info *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     cpu_backend *c = cpu(b);
     sample_ctx x = {c, rows, out, n, 0};
     const int64_t slots = threadpool_size(c->tp);
@@ -105,7 +96,7 @@ static int cpu_sample(backend *b, int64_t n, const sample_row *rows, invar_token
 }
 
 static int cpu_token_logprobs(backend *b, int64_t n, const int32_t *tokens, float *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     const int64_t V = b->m->cfg.n_vocab;
     for (int64_t i = 0; i < n; i++) {
         const float *row = cpu(b)->logits + i * V;
@@ -115,7 +106,7 @@ static int cpu_token_logprobs(backend *b, int64_t n, const int32_t *tokens, floa
 }
 
 static int cpu_read_logits(backend *b, int64_t n, float *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     memcpy(out, cpu(b)->logits, sizeof(float) * (size_t)n * (size_t)b->m->cfg.n_vocab);
     return 0;
 }

@@ -49,7 +49,7 @@ typedef struct {
     cuda_weights w;
     cuda_bufs d;
     host_bufs h;
-    int64_t vocab_pad, n_logits;
+    int64_t vocab_pad;
     int64_t D, qd, kvd, F, wqkv;
     backend_gemm_mode gemm_mode;
 } cuda_backend;
@@ -237,7 +237,7 @@ static int cuda_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
     cuda_backend *c = cu(b);
     const model_config *cf = &b->m->cfg;
     const int64_t T = batch->n_tokens;
-    c->n_logits = 0;
+    b->n_logits = 0;
     if (check_batch(b, batch)) {
         snprintf(b->error, sizeof b->error, "forward pass rejected its batch");
         return -1;
@@ -279,18 +279,10 @@ static int cuda_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
         snprintf(b->error, sizeof b->error, "cuda: forward failed: %s", cudaGetErrorString(cudaGetLastError()));
         return -1;
     }
-    c->n_logits = batch->n_logits;
+    b->n_logits = batch->n_logits;
     return 0;
 }
 
-static int rows_ok(backend *b, int64_t n) {
-    if (n < 0 || n > cu(b)->n_logits) {
-        snprintf(b->error, sizeof b->error, "asked for %lld logits rows, the last forward made %lld", (long long)n,
-                 (long long)cu(b)->n_logits);
-        return 0;
-    }
-    return 1;
-}
 
 /* Row statistics of the last forward; tok_in (host, or NULL for the argmax) picks whose
  * logprob comes back. */
@@ -321,7 +313,7 @@ static int read_row(cuda_backend *c, int64_t i, float *out) {
 }
 
 static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_token_info *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
     if (stats(c, n, NULL)) return -1;
@@ -339,7 +331,7 @@ static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_toke
 }
 
 static int cuda_token_logprobs(backend *b, int64_t n, const int32_t *tokens, float *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
     if (stats(c, n, tokens)) return -1;
@@ -348,7 +340,7 @@ static int cuda_token_logprobs(backend *b, int64_t n, const int32_t *tokens, flo
 }
 
 static int cuda_read_logits(backend *b, int64_t n, float *out) {
-    if (!rows_ok(b, n)) return -1;
+    if (!backend_rows_ok(b, n)) return -1;
     for (int64_t i = 0; i < n; i++)
         if (read_row(cu(b), i, out + i * b->m->cfg.n_vocab)) return -1;
     return 0;
