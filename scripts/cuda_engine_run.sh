@@ -9,7 +9,7 @@
 # test_cuda_engine and the test_cuda_* kernel tests (default build-cuda), LIBS an optional
 # folder of shared libraries to put first on the library path (for a machine that lacks
 # libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
-# Usage: scripts/cuda_engine_run.sh [kernels] [engine] [hf] [cli] | all   (default: all)
+# Usage: scripts/cuda_engine_run.sh [kernels] [engine] [hf] [hf8b] [cli] | all   (default: all)
 # ("cli" also runs `invar serve --device cuda` under concurrent clients: serve_check.py)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +71,14 @@ if want hf; then
     for g in $GEN_MODELS; do models+=("$GEN/$g.gguf"); done
     step hf-reference env PYTHONUNBUFFERED=1 timeout 400 python3 tests/cuda/engine/hf_reference.py "$BIN/invar" \
         "$OUT/hf_reference.json" "${models[@]}"
+fi
+
+# The full Llama-3-8B shape (tools/make_bench_model.py, random bf16) against transformers.
+if want hf8b; then
+    B8=/dev/shm/invar-bench-llama3-8b-bf16-ctx16k.gguf
+    [ -f "$B8" ] || python3 tools/make_bench_model.py --tokenizer-from "$TOKENIZER_SRC" --out "$B8" >/dev/null
+    step hf-reference-8b env PYTHONUNBUFFERED=1 timeout 500 python3 tests/cuda/engine/hf_reference.py "$BIN/invar" \
+        "$OUT/hf_reference_8b.json" "$B8"
 fi
 
 if want cli && have_default; then

@@ -69,9 +69,23 @@ def hf_model(model):
            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
            "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}[arch]
     config = cls[0](**cfg)
-    sd = {"model.embed_tokens.weight": deq("token_embd.weight"), "model.norm.weight": deq("output_norm.weight")}
+    with torch.device("cuda"):  # built on the GPU; tensors copied in one at a time (8B: 32 GB)
+        m = cls[1](config).eval()
+    params = dict(m.named_parameters())
+    loaded = set()
+
+    def put(hname, gname, fix=None):
+        w = deq(gname)
+        if fix is not None:
+            w = fix(w)
+        with torch.no_grad():
+            params[hname].copy_(torch.from_numpy(np.ascontiguousarray(w)))
+        loaded.add(hname)
+
+    put("model.embed_tokens.weight", "token_embd.weight")
+    put("model.norm.weight", "output_norm.weight")
     if "output.weight" in t:
-        sd["lm_head.weight"] = deq("output.weight")
+        put("lm_head.weight", "output.weight")
     names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
              "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -82,18 +96,18 @@ def hf_model(model):
                 key = f"blk.{i}.{gname}.{kind}"
                 if key not in t:
                     continue
-                w = deq(key)
+                fix = None
                 if arch == "llama" and gname in ("attn_q", "attn_k"):
-                    w = unpermute(w, n_head if gname == "attn_q" else n_kv)
-                sd[f"model.layers.{i}.{hname}.{kind}"] = w
-    m = cls[1](config)
-    missing, unexpected = m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()}, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"state dict: missing {missing[:4]}, unexpected {unexpected[:4]}")
+                    heads = n_head if gname == "attn_q" else n_kv
+                    fix = lambda w, h=heads: unpermute(w, h)  # noqa: E731
+                put(f"model.layers.{i}.{hname}.{kind}", key, fix)
     if config.tie_word_embeddings:
         m.tie_weights()
-    return m.to("cuda").eval()
+        loaded.add("lm_head.weight")
+    missing = [k for k in params if k not in loaded]
+    if missing:
+        raise RuntimeError(f"weights not in the file: {missing[:4]}")
+    return m
 
 
 def compare(ref, got):
