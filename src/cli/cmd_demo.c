@@ -74,8 +74,11 @@ int cmd_demo(int argc, char **argv) {
     int rc = EXIT_OK;
     if (prepare(m, alone, (int32_t)max_tokens) || prepare(m, batched, (int32_t)max_tokens)) rc = EXIT_IO;
 
-    printf("model: %s (%s), %d threads\n", cli_model_path(model_path), invar_model_arch(m),
-           cfg.n_threads ? cfg.n_threads : 0);
+    char threads[32];
+    if (cfg.n_threads) snprintf(threads, sizeof threads, "%d threads", cfg.n_threads);
+    else snprintf(threads, sizeof threads, "all cores");
+    printf("model: %s (%s), %s, %s\n", cli_model_path(model_path), invar_model_arch(m),
+           cfg.device == INVAR_DEVICE_CUDA ? "GPU (cuda)" : "CPU", threads);
     invar_engine_config one = cfg;
     one.max_batch = 1;
     double t0 = now_seconds();
