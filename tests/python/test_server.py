@@ -456,7 +456,9 @@ def test_load_100_streams(server):
     t0 = time.time()
     with cf.ThreadPoolExecutor(100) as ex:
         finished = list(ex.map(one, range(100)))
-    assert time.time() - t0 < float(os.environ.get("INVAR_SERVE_LOAD_LIMIT_S", "20"))  # sanitizer builds are slower
+    # A liveness bound (a stalled scheduler or a lost wake-up), not a speed test: speed is
+    # measured by bench/http_bench.py; shared CI machines can be slow.
+    assert time.time() - t0 < float(os.environ.get("INVAR_SERVE_LOAD_LIMIT_S", "120"))
     assert finished == [1] * 100
     wait_idle_engine(server)
     text = get_raw(server, "/metrics")[1]
