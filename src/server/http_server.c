@@ -145,8 +145,6 @@ static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *co
             api_error_set(&err, 503, "server_error", NULL, "cancelled", "the server is shutting down");
     }
     pthread_mutex_unlock(&s->mu);
-    if (!err.status && r->echo && r->logprobs && api_score_echo(s, r))
-        api_error_set(&err, 500, "server_error", NULL, NULL, "scoring the echoed prompt failed");
     enum MHD_Result ret;
     if (err.status) ret = send_error(conn, &err);
     else ret = send_text(conn, 200, "application/json", api_response_json(s, r, tt, fin));
