@@ -155,7 +155,9 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *out);
 
 /* invar_score and invar_model_logits through the engine's own backend (its device): the
  * same bits as the tokens and logprobs the engine samples on that device. Each call runs
- * one sequence on KV storage of its own (outside kv_mem_mb), under the engine's lock. */
+ * one sequence on KV storage of its own (outside kv_mem_mb), under the engine's lock,
+ * uncancellable; a request with invar_sampling.prompt_logprobs gets a prompt's logprobs
+ * through the scheduler and the KV budget instead. */
 int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                        int64_t n_cont, float *logprobs, char *err, size_t errlen);
 int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out,

@@ -157,11 +157,22 @@ static int make_mix(job *js, bool with_long) {
     return n;
 }
 
+/* After each step: a request's prompt logprobs only grow (a preempted request recomputing its
+ * prompt delivers no entry twice). */
+static void check_progress(invar_engine *e, job *js, int n) {
+    for (int i = 0; i < n; i++) {
+        invar_result r;
+        assert_int_equal(invar_engine_result(e, js[i].id, &r), 0);
+        assert_true(r.n_prompt_logprobs >= js[i].n_plp);
+        js[i].n_plp = r.n_prompt_logprobs;
+    }
+}
+
 /* Submits js in order, runs them to the end, collects; every block must come back. */
 static invar_engine_stats run_jobs(invar_engine *e, job *js, int n) {
-    for (int i = 0; i < n; i++) js[i].id = submit(e, js[i].prompt, js[i].len, js[i].want);
+    for (int i = 0; i < n; i++) js[i].id = submit(e, js[i].prompt, js[i].len, js[i].want), js[i].n_plp = 0;
     int left;
-    while ((left = invar_engine_step(e)) > 0) {}
+    while ((left = invar_engine_step(e)) > 0) check_progress(e, js, n);
     assert_int_equal(left, 0);
     for (int i = 0; i < n; i++) {
         collect(e, &js[i]);
