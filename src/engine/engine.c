@@ -134,7 +134,9 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (n_blocks > INT32_MAX) FAIL("KV budget too large");
     if (e->be->ops->kv_create(e->be, n_blocks, &e->kv)) FAIL("%s", e->be->error);
     if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
-    size_t T = (size_t)cfg.max_batch_tokens, L = (size_t)max_logits;
+    /* Row buffers hold a row per token (more than the backend's rows), so that a plan
+     * over the backend's rows is caught before the forward, not by overwriting memory. */
+    size_t T = (size_t)cfg.max_batch_tokens, L = T;
     e->rows = malloc(sizeof(sample_row) * (size_t)cfg.max_batch);
     e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);

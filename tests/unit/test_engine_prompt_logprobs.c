@@ -22,6 +22,7 @@
 
 #include "engine/engine_testing.h"
 #include "engine_fixture.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 
 #define N_SHORT 4
@@ -62,7 +63,7 @@ static int setup(void **state) {
     static int32_t all[4096];
     if (invar_tokenize(g_model, text, strlen(text), true, false, all, 4096) < LONG_TOKENS) return -1;
     memcpy(g_long, all, sizeof g_long);
-    g_np = quick() ? 2 : N_SHORT;
+    g_np = quick() ? 3 : N_SHORT;
     for (int i = 0; i <= g_np; i++) {
         bool is_long = i == g_np;
         g_ids[i] = is_long ? g_long : g_short[i].ids;
@@ -306,6 +307,44 @@ static void test_preemption(void **state) {
     }
 }
 
+/* Two requests, 16 tokens a step, 6 KV blocks: the second computes its prompt beside the
+ * first's decodes until the blocks run out, is preempted with part of its prompt logprobs
+ * delivered, and recomputes (from the cached block before those, or from 0 without the
+ * cache). */
+static void test_preempted_mid_prefill(void **state) {
+    (void)state;
+    for (int cache = 0; cache < 2; cache++) {
+        invar_engine_config c = config(2, 16, 6, cache);
+        invar_engine *e = make_engine(&c, NULL);
+        job js[2] = {{.prompt = 2, .want = true}, {.prompt = 1, .want = true}};
+        invar_sampling s;
+        invar_sampling_default(&s);
+        s.max_tokens = 8; /* the first decodes while the second's prompt grows */
+        s.prompt_logprobs = true;
+        js[0].id = invar_engine_submit(e, g_ids[2], g_n[2], &s);
+        js[1].id = submit(e, js[1].prompt, 0, true);
+        int64_t preempted_at = 0, preemptions = 0;
+        while (invar_engine_step(e) > 0) {
+            int64_t before = js[1].n_plp;
+            check_progress(e, js, 2);
+            invar_engine_stats st;
+            invar_engine_get_stats(e, &st);
+            if (st.preemptions > preemptions && before > 0 && before < g_n[1] - 1) preempted_at = before;
+            preemptions = st.preemptions;
+        }
+        print_message("cache %d: preempted with %lld of %lld prompt logprobs delivered\n", cache,
+                      (long long)preempted_at, (long long)(g_n[1] - 1));
+        assert_true(preempted_at > KV_BLOCK); /* past a whole block: the cached one is reused */
+        invar_engine_stats st;
+        invar_engine_get_stats(e, &st);
+        assert_true(!cache || st.prefix_blocks_hit > 0);
+        for (int i = 0; i < 2; i++) collect(e, &js[i]);
+        assert_int_equal(mismatches(js, 2), 0);
+        jobs_free(js, 2);
+        invar_engine_free(e);
+    }
+}
+
 static void test_cancel_mid_prefill(void **state) {
     (void)state;
     const int p = g_np - 1;
@@ -358,6 +397,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunks_in_batches),   cmocka_unit_test(test_streamed_in_order),
         cmocka_unit_test(test_warm_prefix_cache),   cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preempted_mid_prefill),
         cmocka_unit_test(test_cancel_mid_prefill),  cmocka_unit_test(test_negative_control),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
