@@ -74,6 +74,12 @@ typedef struct {
     uint64_t seed;          /* with temperature > 0: draws keyed by (seed, position) */
     int32_t top_logprobs;   /* alternatives reported per token, 0..INVAR_MAX_TOP_LOGPROBS */
     bool ignore_eos;        /* keep going past end-of-generation tokens */
+    bool prompt_logprobs;   /* also report the logprob of every prompt token from position 1
+                               (invar_result.prompt_logprobs), computed in the request's own
+                               prefill: chunked, preemptible, cancellable, its KV inside the
+                               engine's budget; bitwise equal to invar_engine_score (and on the
+                               CPU to invar_score). Such a request takes prefix-cache hits only
+                               for prompt positions whose logprobs it already has. */
 } invar_sampling;
 void invar_sampling_default(invar_sampling *s);
 
@@ -142,6 +148,11 @@ typedef struct {
     int64_t n_tokens;
     const invar_token_info *tokens; /* n_tokens entries, valid until release */
     int64_t n_prompt;
+    /* With invar_sampling.prompt_logprobs: prompt_logprobs[i] is the logprob of prompt token
+     * i + 1 given the tokens before it. Entries arrive in order as prefill chunks complete
+     * (n_prompt - 1 of them once the prompt is computed); valid until release. */
+    int64_t n_prompt_logprobs;
+    const float *prompt_logprobs;
 } invar_result;
 /* Counters for metrics and tests. */
 typedef struct {
@@ -155,7 +166,9 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *out);
 
 /* invar_score and invar_model_logits through the engine's own backend (its device): the
  * same bits as the tokens and logprobs the engine samples on that device. Each call runs
- * one sequence on KV storage of its own (outside kv_mem_mb), under the engine's lock. */
+ * one sequence on KV storage of its own (outside kv_mem_mb), under the engine's lock,
+ * uncancellable; a request with invar_sampling.prompt_logprobs gets a prompt's logprobs
+ * through the scheduler and the KV budget instead. */
 int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                        int64_t n_cont, float *logprobs, char *err, size_t errlen);
 int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out,

@@ -48,8 +48,9 @@ typedef struct {
     int (*forward)(backend *b, backend_kv *kv, const fwd_batch *batch);
     /* Row i of the last forward's logits -> out[i], for i < n. */
     int (*sample)(backend *b, int64_t n, const sample_row *rows, invar_token_info *out);
-    /* out[i] = logprob of tokens[i] in row i (the expression sample() reports). */
-    int (*token_logprobs)(backend *b, int64_t n, const int32_t *tokens, float *out);
+    /* out[i] = logprob of tokens[i] in row first + i (the expression sample() reports). A
+     * step's sampling rows come first and its prompt-logprob rows after them. */
+    int (*token_logprobs)(backend *b, int64_t first, int64_t n, const int32_t *tokens, float *out);
     /* The raw logits rows [n][n_vocab], float32, to host memory. */
     int (*read_logits)(backend *b, int64_t n, float *out);
 } backend_ops;

@@ -95,11 +95,11 @@ static int cpu_sample(backend *b, int64_t n, const sample_row *rows, invar_token
     return 0;
 }
 
-static int cpu_token_logprobs(backend *b, int64_t n, const int32_t *tokens, float *out) {
-    if (!backend_rows_ok(b, n)) return -1;
+static int cpu_token_logprobs(backend *b, int64_t first, int64_t n, const int32_t *tokens, float *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
     const int64_t V = b->m->cfg.n_vocab;
     for (int64_t i = 0; i < n; i++) {
-        const float *row = cpu(b)->logits + i * V;
+        const float *row = cpu(b)->logits + (first + i) * V;
         out[i] = sampler_logprob(row[tokens[i]], row_logsumexp(row, V));
     }
     return 0;

@@ -284,14 +284,15 @@ static int cuda_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
 }
 
 
-/* Row statistics of the last forward; tok_in (host, or NULL for the argmax) picks whose
- * logprob comes back. */
-static int stats(cuda_backend *c, int64_t n, const int32_t *tok_in) {
+/* Row statistics of rows first.. of the last forward; tok_in (host, or NULL for the argmax)
+ * picks whose logprob comes back. */
+static int stats(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_in) {
     const cuda_bufs *d = &c->d;
     const int V = (int)c->base.m->cfg.n_vocab;
     if (tok_in && to_dev(d->tok_in, tok_in, sizeof(int32_t) * (size_t)n)) return -1;
-    if (invar_cuda_row_stats(c->ctx, d->logits, (int)c->vocab_pad, V, (int)n, tok_in ? d->tok_in : NULL, d->argmax,
-                             d->lse, d->lp))
+    const float *rows = d->logits + (size_t)first * (size_t)c->vocab_pad;
+    if (invar_cuda_row_stats(c->ctx, rows, (int)c->vocab_pad, V, (int)n, tok_in ? d->tok_in : NULL, d->argmax, d->lse,
+                             d->lp))
         return fail(&c->base, "row stats");
     if (cudaMemcpy(c->h.argmax, d->argmax, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess ||
         cudaMemcpy(c->h.lse, d->lse, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess ||
@@ -316,7 +317,7 @@ static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_toke
     if (!backend_rows_ok(b, n)) return -1;
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
-    if (stats(c, n, NULL)) return -1;
+    if (stats(c, 0, n, NULL)) return -1;
     const int64_t V = b->m->cfg.n_vocab;
     for (int64_t i = 0; i < n; i++) {
         const invar_sampling *s = rows[i].s;
@@ -330,11 +331,11 @@ static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_toke
     return 0;
 }
 
-static int cuda_token_logprobs(backend *b, int64_t n, const int32_t *tokens, float *out) {
-    if (!backend_rows_ok(b, n)) return -1;
+static int cuda_token_logprobs(backend *b, int64_t first, int64_t n, const int32_t *tokens, float *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
-    if (stats(c, n, tokens)) return -1;
+    if (stats(c, first, n, tokens)) return -1;
     memcpy(out, c->h.lp, sizeof(float) * (size_t)n);
     return 0;
 }

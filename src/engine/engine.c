@@ -38,11 +38,23 @@ typedef struct {
     int64_t n_hashed;           /* blocks of seq hashed so far */
     int64_t n_registered;       /* full computed blocks offered to the prefix cache */
     int64_t take;               /* tokens scheduled in the current step */
+    float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
+    int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
+    int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
     invar_token_info *out;
     int64_t n_out;
     invar_finish finish;
     char error[200];
 } request;
+
+/* Requests by id. Ids only grow and a server serves requests forever, so this holds only
+ * the requests not yet released, sorted by id (a new id is the largest: appended). A
+ * release leaves a hole; holes are compacted away once they outnumber the live requests,
+ * so memory follows the live count, not the count ever served. */
+typedef struct {
+    int64_t id;
+    request *r;                 /* NULL once released */
+} req_slot;
 
 struct invar_engine {
     pthread_mutex_t lock;       /* recursive: callbacks may call back in */
@@ -53,15 +65,20 @@ struct invar_engine {
     block_pool pool;
     sample_row *rows;           /* per logits row of a step: parameters and position */
     invar_token_info *infos;    /* per logits row of a step */
-    request **reqs;             /* by id; NULL once released */
-    int64_t n_reqs, cap_reqs;
+    req_slot *slots;            /* by id, ascending */
+    int64_t n_slots, cap_slots, n_holes;
+    int64_t next_id;
     int64_t *running;           /* ids, in admission order */
     int64_t n_running;
     int64_t first_queued;       /* no queued request has a lower id */
-    /* per-step batch buffers */
+    int64_t max_logits;         /* logits rows the backend holds per forward */
+    /* per-step batch buffers: sampling rows first, then prompt-logprob rows */
     int32_t *b_tokens, *b_pos, *b_logit_rows;
     const int32_t **b_tables;
-    int64_t *b_logit_req;
+    int64_t *b_logit_req;       /* ids of the sampling rows' requests */
+    int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
+    request **b_plp_req;        /* valid until the step's callbacks run */
+    float *b_plp_out;
     invar_token_cb cb;
     void *cb_user;
     int64_t n_active;           /* queued or running */
@@ -99,9 +116,13 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
     e->im = im;
     e->cfg = cfg;
-    /* Logits rows: a step's sequences, or a scoring chunk (invar_engine_score). */
+    /* Logits rows: a step's sequences plus prompt-logprob rows, or a scoring chunk
+     * (invar_engine_score). Not max_batch_tokens: rows cost n_vocab floats each, and plan()
+     * cuts prompt-logprob chunks to the rows there are. >= max_batch, so every running
+     * sequence always has its sampling row. */
     int64_t max_logits = cfg.max_batch > ENGINE_SCORE_CHUNK ? cfg.max_batch : ENGINE_SCORE_CHUNK;
     if (max_logits > cfg.max_batch_tokens) max_logits = cfg.max_batch_tokens;
+    e->max_logits = max_logits;
     backend_opts bo = {.n_threads = cfg.n_threads, .max_tokens = cfg.max_batch_tokens, .max_logits = max_logits,
                        .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas};
     char berr[200];
@@ -113,17 +134,24 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (n_blocks > INT32_MAX) FAIL("KV budget too large");
     if (e->be->ops->kv_create(e->be, n_blocks, &e->kv)) FAIL("%s", e->be->error);
     if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
-    size_t T = (size_t)cfg.max_batch_tokens;
+    /* Row buffers hold a row per token (more than the backend's rows), so that a plan
+     * over the backend's rows is caught before the forward, not by overwriting memory. */
+    size_t T = (size_t)cfg.max_batch_tokens, L = T;
     e->rows = malloc(sizeof(sample_row) * (size_t)cfg.max_batch);
     e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
     e->b_tokens = malloc(sizeof(int32_t) * T);
     e->b_pos = malloc(sizeof(int32_t) * T);
     e->b_tables = malloc(sizeof(*e->b_tables) * T);
-    e->b_logit_rows = malloc(sizeof(int32_t) * (size_t)cfg.max_batch);
+    e->b_logit_rows = malloc(sizeof(int32_t) * L);
     e->b_logit_req = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
-    if (!e->rows || !e->infos || !e->running || !e->b_tokens ||
-        !e->b_pos || !e->b_tables || !e->b_logit_rows || !e->b_logit_req)
+    e->b_plp_rows = malloc(sizeof(int32_t) * L);
+    e->b_plp_tok = malloc(sizeof(int32_t) * L);
+    e->b_plp_pos = malloc(sizeof(int32_t) * L);
+    e->b_plp_req = malloc(sizeof(request *) * L);
+    e->b_plp_out = malloc(sizeof(float) * L);
+    if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
+        !e->b_logit_req || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
         FAIL("out of memory");
     *out = e;
     return 0;
@@ -135,14 +163,65 @@ static void request_free(request *r) {
     free(r->seq);
     free(r->blocks);
     free(r->hashes);
+    free(r->plp);
     free(r->out);
     free(r);
 }
 
+/* First slot whose id is >= id. */
+static int64_t slot_lower_bound(const invar_engine *e, int64_t id) {
+    int64_t lo = 0, hi = e->n_slots;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (e->slots[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The request with this id; NULL if released or never issued. */
+static request *req_get(const invar_engine *e, int64_t id) {
+    int64_t i = slot_lower_bound(e, id);
+    return i < e->n_slots && e->slots[i].id == id ? e->slots[i].r : NULL;
+}
+
+static int slot_append(invar_engine *e, request *r) {
+    if (e->n_slots == e->cap_slots) {
+        int64_t cap = e->cap_slots ? e->cap_slots * 2 : 64;
+        req_slot *ns = realloc(e->slots, sizeof *ns * (size_t)cap);
+        if (!ns) return -1;
+        e->slots = ns;
+        e->cap_slots = cap;
+    }
+    e->slots[e->n_slots++] = (req_slot){r->id, r};
+    return 0;
+}
+
+/* Drops the holes (order kept) and gives back storage the live requests do not need. */
+static void slots_compact(invar_engine *e) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < e->n_slots; i++)
+        if (e->slots[i].r) e->slots[w++] = e->slots[i];
+    e->n_slots = w;
+    e->n_holes = 0;
+    if (e->cap_slots > 64 && e->cap_slots > 4 * w) {
+        int64_t cap = 2 * w > 64 ? 2 * w : 64;
+        req_slot *ns = realloc(e->slots, sizeof *ns * (size_t)cap);
+        if (ns) e->slots = ns, e->cap_slots = cap;
+    }
+}
+
+static void slot_clear(invar_engine *e, int64_t id) {
+    int64_t i = slot_lower_bound(e, id);
+    if (i == e->n_slots || e->slots[i].id != id || !e->slots[i].r) return;
+    e->slots[i].r = NULL;
+    if (++e->n_holes > 32 && 2 * e->n_holes > e->n_slots) slots_compact(e);
+}
+
 void invar_engine_free(invar_engine *e) {
     if (!e) return;
-    for (int64_t i = 0; i < e->n_reqs; i++) request_free(e->reqs[i]);
-    free(e->reqs);
+    for (int64_t i = 0; i < e->n_slots; i++) request_free(e->slots[i].r);
+    free(e->slots);
     if (e->be) e->be->ops->kv_destroy(e->be, e->kv);
     backend_destroy(e->be);
     block_pool_free(&e->pool);
@@ -154,6 +233,11 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_tables);
     free(e->b_logit_rows);
     free(e->b_logit_req);
+    free(e->b_plp_rows);
+    free(e->b_plp_tok);
+    free(e->b_plp_pos);
+    free(e->b_plp_req);
+    free(e->b_plp_out);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -214,20 +298,17 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
 }
 
 static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const invar_sampling *s) {
-    if (e->n_reqs == e->cap_reqs) {
-        int64_t cap = e->cap_reqs ? e->cap_reqs * 2 : 64;
-        request **nr = realloc(e->reqs, sizeof *nr * (size_t)cap);
-        if (!nr) return -1;
-        e->reqs = nr;
-        e->cap_reqs = cap;
-    }
     request *r = calloc(1, sizeof *r);
     if (!r) return -1;
-    r->id = e->n_reqs;
+    r->id = e->next_id;
     r->state = REQ_DONE; /* until it is fully set up */
     r->samp = *s;
     r->n_prompt = n_prompt > 0 ? n_prompt : 0;
-    e->reqs[e->n_reqs++] = r;
+    if (slot_append(e, r)) {
+        free(r);
+        return -1;
+    }
+    e->next_id++;
     char msg[200];
     const char *bad = validate(e, prompt, n_prompt, s, msg, sizeof msg);
     if (bad) return reject(e, r, bad), r->id;
@@ -236,7 +317,10 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->out = malloc(sizeof(invar_token_info) * (size_t)(r->cap_seq - n_prompt)); /* at most this many */
     r->blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
     r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
-    if (!r->seq || !r->out || !r->blocks || !r->hashes) return reject(e, r, "out of memory"), r->id;
+    r->plp_want = s->prompt_logprobs ? n_prompt - 1 : 0;
+    r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
+    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp))
+        return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
     r->n_seq = n_prompt;
     r->state = REQ_QUEUED;
@@ -254,8 +338,8 @@ int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_pr
 int invar_engine_cancel(invar_engine *e, int64_t id) {
     pthread_mutex_lock(&e->lock);
     int rc = -1;
-    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
-        request *r = e->reqs[id];
+    request *r = req_get(e, id);
+    if (r) {
         if (r->state != REQ_DONE) finish(e, r, INVAR_FINISH_CANCELLED);
         rc = 0;
     }
@@ -275,6 +359,10 @@ static void hash_blocks(request *r, int64_t n_full) {
  * one token to compute, whose logits it needs), if the rest of its prompt fits. */
 static bool start(invar_engine *e, request *r) {
     int64_t n_full = (r->n_seq - 1) / KV_BLOCK;
+    /* A hit skips computing its positions, but a prompt-logprobs request needs the logits row
+     * of every position whose logprob it still owes: it takes hits only for blocks wholly
+     * before n_plp (delivered before a preemption) and recomputes the rest. */
+    if (r->n_plp < r->plp_want && n_full > r->n_plp / KV_BLOCK) n_full = r->n_plp / KV_BLOCK;
     hash_blocks(r, n_full);
     int64_t hits = 0;
     while (hits < n_full) {
@@ -297,16 +385,16 @@ static bool start(invar_engine *e, request *r) {
 static void admit(invar_engine *e) {
     int64_t w = 0;
     for (int64_t i = 0; i < e->n_running; i++) {
-        const request *r = e->reqs[e->running[i]]; /* NULL once released */
+        const request *r = req_get(e, e->running[i]); /* NULL once released */
         if (r && r->state == REQ_RUNNING) e->running[w++] = e->running[i];
     }
     e->n_running = w;
-    while (e->first_queued < e->n_reqs &&
-           (!e->reqs[e->first_queued] || e->reqs[e->first_queued]->state != REQ_QUEUED))
-        e->first_queued++;
+    int64_t i = slot_lower_bound(e, e->first_queued);
+    while (i < e->n_slots && (!e->slots[i].r || e->slots[i].r->state != REQ_QUEUED)) i++;
+    e->first_queued = i < e->n_slots ? e->slots[i].id : e->next_id;
     /* Arrival order, preempted requests included (they keep their ids): the oldest first. */
-    for (int64_t id = e->first_queued; id < e->n_reqs && e->n_running < e->cfg.max_batch; id++) {
-        request *r = e->reqs[id];
+    for (; i < e->n_slots && e->n_running < e->cfg.max_batch; i++) {
+        request *r = e->slots[i].r;
         if (!r || r->state != REQ_QUEUED) continue;
         if (!start(e, r)) break;
     }
@@ -315,7 +403,7 @@ static void admit(invar_engine *e) {
 /* Frees the running request admitted last and puts it back in the queue: it will recompute
  * its K/V (prompt and generated tokens), which gives the same bits. */
 static void preempt_last(invar_engine *e) {
-    request *v = e->reqs[e->running[--e->n_running]];
+    request *v = req_get(e, e->running[--e->n_running]);
     release_blocks(e, v);
     v->state = REQ_QUEUED;
     v->take = 0;
@@ -323,18 +411,46 @@ static void preempt_last(invar_engine *e) {
     e->preemptions++;
 }
 
+/* First position of the next chunk whose logits row a prompt-logprobs request still owes
+ * (position p's row gives the logprob of token p + 1). */
+static int64_t plp_first(const request *r) { return r->n_cached > r->n_plp ? r->n_cached : r->n_plp; }
+
+/* Prompt-logprob rows of a chunk of `take` tokens from n_cached. */
+static int64_t plp_rows(const request *r, int64_t take) {
+    int64_t end = r->n_cached + take < r->plp_want ? r->n_cached + take : r->plp_want;
+    return end > plp_first(r) ? end - plp_first(r) : 0;
+}
+
+/* Logits rows such a chunk needs: its prompt-logprob rows, and the sampling row if it
+ * reaches the last pending token. */
+static int64_t rows_for(const request *r, int64_t take) {
+    return plp_rows(r, take) + (r->n_cached + take == r->n_seq);
+}
+
+/* The longest start of a chunk of `take` tokens whose rows fit in `rows`: it ends just
+ * before the token that would need one row more. */
+static int64_t fit_rows(const request *r, int64_t take, int64_t rows) {
+    if (rows_for(r, take) <= rows) return take;
+    int64_t stop = rows < plp_rows(r, take) ? plp_first(r) + rows : r->n_seq - 1;
+    return stop - r->n_cached;
+}
+
 /* Decides how many tokens each running request computes this step. Pass 0: decodes (one
- * pending token), pass 1: prefill chunks, so a long prompt never delays running decodes. */
+ * pending token), pass 1: prefill chunks, so a long prompt never delays running decodes.
+ * Within the token budget and the backend's logits rows: decodes need one row each (at most
+ * max_batch <= max_logits), so the oldest prefill always gets at least one row and one
+ * token. */
 static void plan(invar_engine *e) {
-    int64_t budget = e->cfg.max_batch_tokens;
-    for (int64_t i = 0; i < e->n_running; i++) e->reqs[e->running[i]]->take = 0;
+    int64_t budget = e->cfg.max_batch_tokens, rows = e->max_logits;
+    for (int64_t i = 0; i < e->n_running; i++) req_get(e, e->running[i])->take = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < e->n_running && budget > 0; i++) {
-            request *r = e->reqs[e->running[i]];
+            request *r = req_get(e, e->running[i]);
             int64_t pending = r->n_seq - r->n_cached;
             if (pending == 0 || (pass == 0) != (pending == 1)) continue;
-            r->take = pending < budget ? pending : budget;
+            r->take = fit_rows(r, pending < budget ? pending : budget, rows);
             budget -= r->take;
+            rows -= rows_for(r, r->take);
         }
 }
 
@@ -345,7 +461,7 @@ static void allocate(invar_engine *e) {
         plan(e);
         bool ok = true;
         for (int64_t i = 0; i < e->n_running && ok; i++) {
-            request *r = e->reqs[e->running[i]];
+            request *r = req_get(e, e->running[i]);
             int64_t need = blocks_for(r->n_cached + r->take);
             while (r->n_blocks < need) {
                 int32_t id = block_pool_alloc(&e->pool);
@@ -386,22 +502,31 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
  * run afterwards, in row order, on the calling thread (emit). */
 static int sample_rows(invar_engine *e, int64_t n_rows) {
     for (int64_t i = 0; i < n_rows; i++) {
-        const request *r = e->reqs[e->b_logit_req[i]];
+        const request *r = req_get(e, e->b_logit_req[i]);
         e->rows[i] = (sample_row){&r->samp, r->n_seq};
     }
     return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
 
-static int step_locked(invar_engine *e) {
-    admit(e);
-    allocate(e);
-    int64_t T = 0, n_logits = 0;
-    for (int pass = 0; pass < 2; pass++) /* same order as plan() */
+/* Lays out the planned tokens (same order as plan()) and their logits rows: a sampling row
+ * for each request whose pending tokens are all in, and a prompt-logprob row for each owed
+ * prompt position. Returns the token count. */
+static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
+    int64_t T = 0;
+    *n_sample = *n_plp = 0;
+    for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < e->n_running; i++) {
-            request *r = e->reqs[e->running[i]];
+            request *r = req_get(e, e->running[i]);
             if (r->take == 0 || (pass == 0) != (r->n_seq - r->n_cached == 1)) continue;
+            const int64_t p0 = plp_first(r), p1 = p0 + plp_rows(r, r->take);
             for (int64_t j = 0; j < r->take; j++) {
                 int64_t p = r->n_cached + j;
+                if (p >= p0 && p < p1) {
+                    e->b_plp_rows[*n_plp] = (int32_t)T;
+                    e->b_plp_tok[*n_plp] = r->seq[p + 1];
+                    e->b_plp_pos[*n_plp] = (int32_t)p;
+                    e->b_plp_req[(*n_plp)++] = r;
+                }
                 e->b_tokens[T] = r->seq[p];
                 e->b_pos[T] = (int32_t)p;
                 e->b_tables[T] = r->blocks;
@@ -410,23 +535,48 @@ static int step_locked(invar_engine *e) {
             r->n_cached += r->take;
             r->take = 0;
             if (r->n_cached == r->n_seq) {
-                e->b_logit_rows[n_logits] = (int32_t)(T - 1);
-                e->b_logit_req[n_logits++] = r->id;
+                e->b_logit_rows[*n_sample] = (int32_t)(T - 1);
+                e->b_logit_req[(*n_sample)++] = r->id;
             }
         }
-    if (T > 0) {
-        fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_logits, e->b_logit_rows};
-        if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_logits)) {
-            snprintf(e->error, sizeof e->error, "%s", e->be->error);
-            return -1;
-        }
-        e->tokens_computed += T;
-        for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, e->reqs[e->running[i]]);
-        for (int64_t i = 0; i < n_logits; i++) {
-            request *r = e->reqs[e->b_logit_req[i]];
-            if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
-            emit(e, r, &e->infos[i]);
-        }
+    return T;
+}
+
+/* Hands each prompt-logprob row to its request. Rows come in position order and continue
+ * from n_plp (recomputed positions before it ask for none), so none is lost or repeated. */
+static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
+    for (int64_t j = 0; j < n_plp; j++) {
+        request *r = e->b_plp_req[j];
+        r->plp[e->b_plp_pos[j]] = e->b_plp_out[j];
+        r->n_plp = e->b_plp_pos[j] + 1;
+    }
+}
+
+static int step_locked(invar_engine *e) {
+    admit(e);
+    allocate(e);
+    int64_t n_sample, n_plp;
+    const int64_t T = build_batch(e, &n_sample, &n_plp);
+    if (T == 0) return (int)e->n_active;
+    if (n_sample + n_plp > e->max_logits) { /* plan() keeps within it */
+        snprintf(e->error, sizeof e->error, "internal: %lld logits rows, the backend holds %lld",
+                 (long long)(n_sample + n_plp), (long long)e->max_logits);
+        return -1;
+    }
+    memcpy(e->b_logit_rows + n_sample, e->b_plp_rows, sizeof(int32_t) * (size_t)n_plp);
+    fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
+    if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
+        (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out))) {
+        snprintf(e->error, sizeof e->error, "%s", e->be->error);
+        return -1;
+    }
+    e->tokens_computed += T;
+    store_prompt_logprobs(e, n_plp);
+    for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, req_get(e, e->running[i]));
+    for (int64_t i = 0; i < n_sample; i++) {
+        request *r = req_get(e, e->b_logit_req[i]);
+        if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
+        emit(e, r, &e->infos[i]);
     }
     return (int)e->n_active;
 }
@@ -441,10 +591,15 @@ int invar_engine_step(invar_engine *e) {
 int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
     pthread_mutex_lock(&e->lock);
     int rc = -1;
-    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
-        const request *r = e->reqs[id];
+    const request *r = req_get(e, id);
+    if (r) {
         *out = (invar_result){r->state == REQ_DONE ? r->finish : INVAR_FINISH_NONE,
-                              r->finish == INVAR_FINISH_ERROR ? r->error : NULL, r->n_out, r->out, r->n_prompt};
+                              r->finish == INVAR_FINISH_ERROR ? r->error : NULL,
+                              r->n_out,
+                              r->out,
+                              r->n_prompt,
+                              r->n_plp,
+                              r->plp};
         rc = 0;
     }
     pthread_mutex_unlock(&e->lock);
@@ -453,10 +608,11 @@ int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
 
 void invar_engine_release(invar_engine *e, int64_t id) {
     pthread_mutex_lock(&e->lock);
-    if (id >= 0 && id < e->n_reqs && e->reqs[id]) {
-        if (e->reqs[id]->state != REQ_DONE) finish(e, e->reqs[id], INVAR_FINISH_CANCELLED);
-        request_free(e->reqs[id]);
-        e->reqs[id] = NULL;
+    request *r = req_get(e, id);
+    if (r) {
+        if (r->state != REQ_DONE) finish(e, r, INVAR_FINISH_CANCELLED);
+        request_free(r);
+        slot_clear(e, id);
     }
     pthread_mutex_unlock(&e->lock);
 }
@@ -464,10 +620,12 @@ void invar_engine_release(invar_engine *e, int64_t id) {
 void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
     pthread_mutex_lock(&e->lock);
     memset(s, 0, sizeof *s);
-    for (int64_t i = e->first_queued; i < e->n_reqs; i++)
-        if (e->reqs[i] && e->reqs[i]->state == REQ_QUEUED) s->n_queued++;
-    for (int64_t i = 0; i < e->n_running; i++)
-        if (e->reqs[e->running[i]] && e->reqs[e->running[i]]->state == REQ_RUNNING) s->n_running++;
+    for (int64_t i = slot_lower_bound(e, e->first_queued); i < e->n_slots; i++)
+        if (e->slots[i].r && e->slots[i].r->state == REQ_QUEUED) s->n_queued++;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        const request *r = req_get(e, e->running[i]);
+        if (r && r->state == REQ_RUNNING) s->n_running++;
+    }
     s->kv_blocks_total = e->pool.n_total;
     s->kv_blocks_free = block_pool_available(&e->pool);
     s->prefix_blocks_hit = e->pool.hits;
@@ -481,6 +639,13 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { return backend_cpu_set_matmul(e->be, fn); }
 
 struct backend *invar_engine_testing_backend(invar_engine *e) { return e->be; }
+
+int64_t invar_engine_testing_request_slots(invar_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    int64_t n = e->cap_slots;
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
 
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
     return backend_cuda_set_gemm_mode(e->be, (backend_gemm_mode)mode);

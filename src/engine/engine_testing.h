@@ -9,6 +9,9 @@ int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn);
 /* The engine's backend, for test hooks that live in the backends (backend.h). */
 struct backend;
 struct backend *invar_engine_testing_backend(invar_engine *e);
+/* Request slots the engine has storage for (live requests plus holes not yet compacted):
+ * stays bounded by the live count however many requests were served. */
+int64_t invar_engine_testing_request_slots(invar_engine *e);
 /* Sets the CUDA backend's GEMM (backend.h: backend_gemm_mode); -1 for another device. */
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode);
 /* invar_score with a chosen matmul (NULL: the invariant one). */

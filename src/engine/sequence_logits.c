@@ -124,7 +124,7 @@ int sequence_score(backend *be, const int32_t *prompt, int64_t n_prompt, const i
         int64_t out_row = n_rows ? s0 + len - n_rows - first : 0;
         fwd_batch batch = {len, seq + s0, c.pos, c.tables, n_rows, c.rows};
         if (be->ops->forward(be, kv, &batch) ||
-            (n_rows && be->ops->token_logprobs(be, n_rows, cont + out_row, logprobs + out_row))) {
+            (n_rows && be->ops->token_logprobs(be, 0, n_rows, cont + out_row, logprobs + out_row))) {
             snprintf(err, errlen, "%s", be->error);
             rc = -1;
         }

@@ -33,6 +33,7 @@ static void call_free(srv_call *c) {
     for (int i = 0; i < c->n_choices; i++) {
         free(c->choices[i].prompt);
         free(c->choices[i].toks);
+        free(c->choices[i].plp);
     }
     pthread_cond_destroy(&c->cond);
     free(c->choices);
@@ -102,6 +103,20 @@ static void choice_append(srv_choice *ch, const invar_token_info *t, int64_t n) 
     }
     memcpy(ch->toks + ch->n_toks, t, sizeof *t * (size_t)n);
     ch->n_toks += n;
+}
+
+/* Copies the prompt logprobs the engine delivered since the last step (row by row as the
+ * prefill advances; never more than n_prompt - 1). */
+static void choice_append_plp(srv_choice *ch, const invar_result *r) {
+    if (r->n_prompt_logprobs <= ch->n_plp) return;
+    if (!ch->plp && !(ch->plp = malloc(sizeof(float) * (size_t)(ch->n_prompt - 1)))) {
+        ch->finish = INVAR_FINISH_ERROR;
+        snprintf(ch->error, sizeof ch->error, "out of memory");
+        return;
+    }
+    const int64_t n_new = r->n_prompt_logprobs - ch->n_plp;
+    memcpy(ch->plp + ch->n_plp, r->prompt_logprobs + ch->n_plp, sizeof(float) * (size_t)n_new);
+    ch->n_plp = r->n_prompt_logprobs;
 }
 
 static void *engine_main(void *arg) {
@@ -178,6 +193,7 @@ static void *engine_main(void *arg) {
             invar_result r;
             bool done = false;
             if (invar_engine_result(s->engine, ch->engine_id, &r) == 0) {
+                choice_append_plp(ch, &r);
                 if (r.n_tokens > ch->n_toks) choice_append(ch, r.tokens + ch->n_toks, r.n_tokens - ch->n_toks);
                 if (ch->finish == INVAR_FINISH_NONE) ch->finish = r.finish;
                 if (r.finish == INVAR_FINISH_ERROR) snprintf(ch->error, sizeof ch->error, "%s", r.error ? r.error : "error");

@@ -182,8 +182,6 @@ static char *bc_answer(blocking_ctx *b, int *status) {
             api_error_set(&err, 503, "server_error", NULL, "cancelled", "the server is shutting down");
     }
     pthread_mutex_unlock(&s->mu);
-    if (!err.status && b->req.echo && b->req.logprobs && api_score_echo(s, &b->req))
-        api_error_set(&err, 500, "server_error", NULL, NULL, "scoring the echoed prompt failed");
     *status = err.status ? err.status : 200;
     return err.status ? api_error_json(&err) : api_response_json(s, &b->req, b->tt, b->fin);
 }

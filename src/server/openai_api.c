@@ -46,10 +46,7 @@ char *api_error_json(const api_error *e) {
 void api_request_free(api_request *r) {
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     for (int i = 0; i < r->n_prompts; i++) free(r->prompt_texts ? r->prompt_texts[i] : NULL);
-    for (int i = 0; i < r->n_prompts; i++) free(r->echo_logprobs ? r->echo_logprobs[i] : NULL);
     free(r->prompt_texts);
-    free(r->echo_logprobs);
-    r->echo_logprobs = NULL;
     r->n_stops = r->n_prompts = 0;
     r->prompt_texts = NULL;
 }
@@ -381,6 +378,9 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
             int64_t mt = max_tokens > 0 ? max_tokens : chat ? s->n_ctx - lens[p] : 16;
             if (mt > s->n_ctx - lens[p]) mt = s->n_ctx - lens[p];
             ch->samp.max_tokens = (int32_t)mt;
+            /* echo + logprobs: the engine computes the prompt's logprobs during this
+             * choice's own prefill (one choice per prompt; streams carry none). */
+            ch->samp.prompt_logprobs = r->echo && r->logprobs && !r->stream && i == 0;
             ch->n_prompt = lens[p];
             ch->prompt = malloc(sizeof(int32_t) * (size_t)lens[p]);
             if (!ch->prompt) {
@@ -407,25 +407,6 @@ out:
         api_request_free(r);
     }
     return rc;
-}
-
-int api_score_echo(srv_state *s, api_request *r) {
-    r->echo_logprobs = calloc((size_t)r->n_prompts, sizeof *r->echo_logprobs);
-    if (!r->echo_logprobs) return -1;
-    for (int p = 0; p < r->n_prompts; p++) {
-        const srv_choice *ch = &r->call->choices[p * r->n];
-        if (ch->n_prompt < 2) continue;
-        float *lp = malloc(sizeof(float) * (size_t)(ch->n_prompt - 1));
-        char err[160];
-        /* Its own forward pass (the model is read-only): the same float32 values the engine
-         * would report for these tokens. */
-        if (!lp || invar_score(s->model, ch->prompt, 1, ch->prompt + 1, ch->n_prompt - 1, 1, lp, err, sizeof err)) {
-            free(lp);
-            return -1;
-        }
-        r->echo_logprobs[p] = lp;
-    }
-    return 0;
 }
 
 /* ---- responses ------------------------------------------------------------------------ */
@@ -473,14 +454,15 @@ static cJSON *chat_token_entry(srv_state *s, int32_t id, float lp, bool top) {
  * add no text). Chat: {"content": [...]}; completions: the legacy parallel arrays. */
 static char *token_text(srv_state *s, int32_t id, unsigned char *raw, int *n_raw);
 
-/* The prompt tokens of an echoed completion: the first has no logprob. */
-static void echo_entries(srv_state *s, const srv_choice *ch, const float *lps, cJSON *tokens, cJSON *tlp, cJSON *tops,
-                         cJSON *offs) {
+/* The prompt tokens of an echoed completion: the first has no logprob; the others come from
+ * the engine (lps[k - 1], n_lps of them), computed in the prompt's prefill. */
+static void echo_entries(srv_state *s, const srv_choice *ch, const float *lps, int64_t n_lps, cJSON *tokens,
+                         cJSON *tlp, cJSON *tops, cJSON *offs) {
     size_t off = 0;
     for (int64_t k = 0; k < ch->n_prompt; k++) {
         char *txt = token_text(s, ch->prompt[k], NULL, NULL);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(txt ? txt : ""));
-        if (k == 0 || !lps) cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+        if (k == 0 || k > n_lps) cJSON_AddItemToArray(tlp, cJSON_CreateNull());
         else add_f32(tlp, NULL, lps[k - 1]);
         cJSON_AddItemToArray(tops, cJSON_CreateNull());
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
@@ -509,9 +491,9 @@ static cJSON *logprobs_json(srv_state *s, const api_request *r, const text_track
     cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs");
     cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON *offs = cJSON_AddArrayToObject(lp, "text_offset");
-    if (choice >= 0 && r->echo_logprobs) {
-        const srv_choice *ch = &r->call->choices[choice];
-        echo_entries(s, ch, r->echo_logprobs[choice / r->n], tokens, tlp, tops, offs);
+    if (choice >= 0 && r->echo) { /* the prompt's first choice asked the engine for them */
+        const srv_choice *ch = &r->call->choices[choice], *first = &r->call->choices[choice / r->n * r->n];
+        echo_entries(s, ch, first->plp, first->n_plp, tokens, tlp, tops, offs);
     }
     for (int64_t i = from; i < to; i++) {
         const invar_token_info *t = &tt->toks[i];

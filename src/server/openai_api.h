@@ -24,7 +24,6 @@ typedef struct {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     char **prompt_texts;        /* per prompt, for echo (owned) */
-    float **echo_logprobs;      /* per prompt: logprobs of prompt tokens 1.. (echo + logprobs; owned) */
     char id[48];
     long long created;
     srv_call *call;             /* n_prompts * n choices, prompts tokenized */
@@ -33,8 +32,6 @@ typedef struct {
 /* 0, or -1 with e filled (then nothing needs freeing). */
 int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request *r, api_error *e);
 void api_request_free(api_request *r);   /* not the call */
-/* echo + logprobs: scores the prompt tokens (invar_score, one pass each); 0 or -1. */
-int api_score_echo(srv_state *s, api_request *r);
 
 void api_error_set(api_error *e, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -27,6 +27,8 @@ typedef struct srv_choice {
     /* guarded by srv->mu */
     invar_token_info *toks;     /* tokens reported so far (owned) */
     int64_t n_toks, cap_toks;
+    float *plp;                 /* prompt logprobs so far (samp.prompt_logprobs; owned) */
+    int64_t n_plp;
     invar_finish finish;        /* NONE while the engine still runs it */
     char error[160];
     bool want_cancel;           /* set by the connection: stop string or client gone */

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
 #include "engine_fixture.h"
 #include "kernels/cpu/attention.h"
 #include "model/forward.h"
@@ -622,6 +623,48 @@ static void test_unknown_and_released_ids(void **state) {
     invar_engine_free(e);
 }
 
+/* A long-running server: many thousands of requests served (a third rejected at once, the
+ * rest released while queued, running or done; every 1000th submission runs the live ones
+ * through the model), never more than 8 live plus 3 old ones held unreleased throughout.
+ * The engine's storage for requests must follow the live count, not the count served. */
+static void test_request_slots_stay_bounded(void **state) {
+    (void)state;
+    const char *q = getenv("INVAR_TEST_QUICK");
+    const int n = q && *q && *q != '0' ? 3000 : 20000;
+    const invar_engine_config c = config(0, 16);
+    invar_engine *e = make_engine(&c);
+    const invar_sampling s = greedy(2);
+    int64_t pinned[3], live[8], prev = -1, most = 0;
+    for (int i = 0; i < 3; i++) pinned[i] = invar_engine_submit(e, slice(0, 8), 8, &s);
+    run_all(e, 20);
+    for (int i = 0; i < n; i++) {
+        int64_t id = invar_engine_submit(e, slice(i % 50, 8), i % 3 ? 8 : 0, &s); /* 0 tokens: rejected */
+        assert_true(id > prev); /* ids only grow */
+        prev = id;
+        if (i >= 8) invar_engine_release(e, live[i % 8]);
+        live[i % 8] = id;
+        if (i % 1000 == 999) run_all(e, 40);
+        int64_t slots = invar_engine_testing_request_slots(e);
+        most = slots > most ? slots : most;
+    }
+    print_message("request slots: at most %lld for %d requests served\n", (long long)most, n);
+    assert_true(most <= 128);
+    invar_result r;
+    for (int i = 0; i < 3; i++) { /* the old ones are still there, the released ones gone */
+        assert_int_equal(invar_engine_result(e, pinned[i], &r), 0);
+        assert_int_equal(r.n_tokens, 2);
+    }
+    assert_int_equal(invar_engine_result(e, live[0] - 8, &r), -1);
+    for (int i = 0; i < 8; i++) invar_engine_release(e, live[i]);
+    run_out got, alone; /* and the engine still serves requests as before */
+    int64_t last = invar_engine_submit(e, slice(3, 40), 40, &s);
+    run_all(e, 20);
+    collect(e, last, &got);
+    run_alone(&c, slice(3, 40), 40, &s, &alone);
+    assert_same(&got, &alone, "request after 20000 served");
+    invar_engine_free(e);
+}
+
 /* max_tokens far beyond the context is valid: generation stops at the context limit. */
 static void test_huge_max_tokens_stops_at_context(void **state) {
     (void)state;
@@ -652,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_callback_each_token_once),
         cmocka_unit_test(test_cancel_from_callback),
         cmocka_unit_test(test_unknown_and_released_ids),
+        cmocka_unit_test(test_request_slots_stay_bounded),
         cmocka_unit_test(test_huge_max_tokens_stops_at_context),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
