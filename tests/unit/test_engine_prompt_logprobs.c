@@ -12,8 +12,8 @@
  *   cancel     a request cancelled mid-prefill keeps a correct prefix and frees its blocks
  *   control    the engine with the split-K-by-M matmul: the same comparison fails
  * Such a request generates the same tokens and logprobs as without the option.
- * INVAR_TEST_QUICK=1 (sanitizer builds) shrinks the sizes and leaves the negative control to
- * the Release run. */
+ * INVAR_TEST_QUICK=1 (sanitizer builds) shrinks the sizes (no long prompt, no 512 budget) and
+ * leaves the negative control to the Release run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +36,7 @@ static const int32_t *g_ids[N_SHORT + 1];
 static int64_t g_n[N_SHORT + 1];
 static float *g_ref[N_SHORT + 1]; /* invar_score: logprobs of tokens 1..n-1 */
 static int g_np;                  /* short prompts in use; g_ids[g_np] is the long one */
+static bool g_with_long;          /* the long prompt is in use (not in quick runs) */
 
 static int quick(void) {
     const char *q = getenv("INVAR_TEST_QUICK");
@@ -64,7 +65,8 @@ static int setup(void **state) {
     if (invar_tokenize(g_model, text, strlen(text), true, false, all, 4096) < LONG_TOKENS) return -1;
     memcpy(g_long, all, sizeof g_long);
     g_np = quick() ? 3 : N_SHORT;
-    for (int i = 0; i <= g_np; i++) {
+    g_with_long = !quick();
+    for (int i = 0; i < g_np + g_with_long; i++) {
         bool is_long = i == g_np;
         g_ids[i] = is_long ? g_long : g_short[i].ids;
         g_n[i] = is_long ? LONG_TOKENS : g_short[i].n;
@@ -77,7 +79,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    for (int i = 0; i <= g_np; i++) free(g_ref[i]);
+    for (int i = 0; i < g_np + g_with_long; i++) free(g_ref[i]);
     fixture_prompts_free(g_short, N_SHORT);
     invar_model_free(g_model);
     return 0;
@@ -148,7 +150,7 @@ static int make_mix(job *js, bool with_long) {
     int n = 0;
     for (int p = 0; p < g_np; p++)
         for (int k = 0; k < 2; k++) js[n++] = (job){.prompt = p, .want = k == 0};
-    if (with_long) js[n++] = (job){.prompt = g_np, .want = true};
+    if (with_long && g_with_long) js[n++] = (job){.prompt = g_np, .want = true};
     for (int i = n - 1; i > 0; i--) {
         int k = rnd(i + 1);
         job t = js[i];
@@ -221,7 +223,7 @@ static void test_chunks_in_batches(void **state) {
     (void)state;
     const int budgets[] = {16, 64, 512};
     job js[2 * (N_SHORT + 1)];
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < (quick() ? 2 : 3); b++) {
         invar_engine_config c = config(8, budgets[b], 0, budgets[b] == 64);
         invar_engine *e = make_engine(&c, NULL);
         int n = make_mix(js, budgets[b] == 512);
@@ -294,7 +296,7 @@ static void test_preemption(void **state) {
     for (int p = 0; p < g_np; p++) longest = g_n[p] > longest ? g_n[p] : longest;
     const int64_t blocks = (longest + MAX_TOKENS + 15) / 16 + 2;
     job js[2 * N_SHORT];
-    for (int cache = 0; cache < 2; cache++) {
+    for (int cache = quick(); cache < 2; cache++) {
         invar_engine_config c = config(8, 64, blocks, cache);
         invar_engine *e = make_engine(&c, NULL);
         int n = make_mix(js, false);

@@ -630,7 +630,7 @@ static void test_unknown_and_released_ids(void **state) {
 static void test_request_slots_stay_bounded(void **state) {
     (void)state;
     const char *q = getenv("INVAR_TEST_QUICK");
-    const int n = q && *q && *q != '0' ? 3000 : 20000;
+    const int n = q && *q && *q != '0' ? 1500 : 20000;
     const invar_engine_config c = config(0, 16);
     invar_engine *e = make_engine(&c);
     const invar_sampling s = greedy(2);
