@@ -3,7 +3,8 @@
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
 #   3. ASan+UBSan build: the same C tests
-#   4. libFuzzer: each fuzz target briefly, from its seed corpus
+#   4. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
+#      request equals its solo run, on a tiny generated model; its negative controls fail)
 #   5. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
 # Run scripts/setup.sh once first. FUZZ_SECONDS (default 30) sets the time per fuzz target.
 set -uo pipefail
@@ -51,6 +52,10 @@ sanitizers() {
 fuzz() {
     cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
         -DINVAR_TESTS=OFF -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS" || return 1
+    # fuzz_invariance runs a tiny generated model (512-token vocabulary), written once.
+    local tiny=build-fuzz/tiny_llama_q8_0.gguf
+    [ -f "$tiny" ] || .venv/bin/python tools/make_tiny_model.py --arch llama --type Q8_0 --vocab 512 \
+        --out "$tiny" || return 1
     local ok=0
     for bin in build-fuzz/fuzz_*; do
         local name
@@ -65,6 +70,15 @@ fuzz() {
             ok=1
         }
         rm -rf "$work" "$work.log"
+    done
+    # fuzz_invariance's negative controls: on an engine with a non-invariant attention split
+    # or sampler draw, the same property must fail on the seed corpus.
+    for control in attention draw; do
+        if INVAR_FUZZ_NEGATIVE_CONTROL=$control build-fuzz/fuzz_invariance tests/fuzz/corpus/invariance/* \
+            >/dev/null 2>&1; then
+            echo "fuzz_invariance: negative control '$control' found no difference"
+            ok=1
+        fi
     done
     return $ok
 }

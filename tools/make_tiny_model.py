@@ -9,7 +9,11 @@ against tools/reference_forward.py without shipping large real checkpoints.
 Usage:
   python tools/make_tiny_model.py --arch llama|qwen2|qwen3 --type Q4_1 \
       --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m] \
-      [--embd-type Q8_0]
+      [--embd-type Q8_0] [--vocab N]
+
+--vocab N keeps only the first N tokens of the copied vocabulary (and the
+merges among them): a model whose logits and sampling cost almost nothing, for
+the invariance fuzzer (tests/fuzz/fuzz_invariance.c).
 
 Weight types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 (quantised from Gaussian weights
 with gguf.quants.quantize) and Q4_K Q6_K (gguf-py cannot quantise K-quants,
@@ -95,6 +99,25 @@ GPU_SHAPES = {
 # ---------------------------------------------------------------- tokenizer
 
 _tokenizer_cache: dict[str, list] = {}
+
+
+def truncate_vocab(tok: list, n: int) -> list:
+    """tokenizer.* fields with the first n tokens, the merges among them, and the special ids below n."""
+    tokens = next(v for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    if not 0 < n <= len(tokens):
+        raise ValueError(f"--vocab must be in 1..{len(tokens)}")
+    kept = set(tokens[:n])
+    out = []
+    for key, val, vtype, sub in tok:
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+            val = val[:n]
+        elif key == "tokenizer.ggml.merges":
+            val = [m for m in val if " " in m and all(p in kept for p in m.split(" ", 1))
+                   and m.replace(" ", "", 1) in kept]
+        elif key.endswith("_token_id") and val >= n:
+            continue
+        out.append((key, val, vtype, sub))
+    return out
 
 
 def tokenizer_fields(src_path: str) -> list:
@@ -187,7 +210,8 @@ def default_embd_type(wtype: str) -> str:
 def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1,
                separate_output: bool = False, shape: str = "tiny",
                embd_type: str | None = None,
-               tokenizer_src: str = DEFAULT_TOKENIZER_MODEL, quiet: bool = True) -> str:
+               tokenizer_src: str = DEFAULT_TOKENIZER_MODEL, quiet: bool = True,
+               vocab: int | None = None) -> str:
     if arch not in ARCHES:
         raise ValueError(f"unknown arch {arch!r}")
     if wtype not in TYPES:
@@ -203,6 +227,8 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
         raise ValueError(f"unknown shape {shape!r}")
 
     tok = tokenizer_fields(tokenizer_src)
+    if vocab is not None:
+        tok = truncate_vocab(tok, vocab)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(out, arch)
@@ -290,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
                     choices=("tiny", "smollm2-135m", *GPU_SHAPES), default="tiny")
     ap.add_argument("--tokenizer-from", default=DEFAULT_TOKENIZER_MODEL,
                     help="GGUF whose tokenizer.* keys are copied")
+    ap.add_argument("--vocab", type=int, default=None,
+                    help="keep only the first N tokens of the vocabulary (a cheap model for fuzzing)")
     a = ap.parse_args(argv)
     make_model(a.out, a.arch, a.wtype, a.seed, a.separate_output, a.shape,
                a.embd_type, a.tokenizer_from,
-               quiet=False)
+               quiet=False, vocab=a.vocab)
     return 0
 
 

@@ -80,6 +80,14 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
  * Returns -1 for a backend that is not the CPU's. */
 #include "../model/forward.h"
 int backend_cpu_set_matmul(backend *b, matmul_fn fn);
+/* Tests only: the CPU backend's attention split (ATTN_SPLIT_BY_BATCH, attention.h, is a
+ * negative control whose split boundaries follow the number of tokens in the forward). -1
+ * for a backend that is not the CPU's. */
+int backend_cpu_set_attention(backend *b, attn_split_mode mode);
+/* NEGATIVE CONTROL, tests only: with on, row i of a sample call draws with the counter
+ * (seed, position + i), so a sampled token depends on its row's place in the step. -1 for
+ * a backend that is not the CPU's. */
+int backend_cpu_set_draw_by_row(backend *b, bool on);
 /* Tests and benchmarks: the CUDA backend's GEMM. SPLIT_BY_M is a negative control (the
  * invariant kernel with a K chunk that depends on M). -1 for another backend. */
 typedef enum { BACKEND_GEMM_INVARIANT, BACKEND_GEMM_CUBLAS, BACKEND_GEMM_SPLIT_BY_M } backend_gemm_mode;

@@ -17,6 +17,7 @@ typedef struct {
     float *logits;          /* [max_logits][n_vocab] */
     int32_t *work_idx;      /* sampler work space, one vocab-sized slot per thread */
     float *work_p;
+    bool draw_by_row;       /* tests only: backend_cpu_set_draw_by_row */
 } cpu_backend;
 
 struct backend_kv {
@@ -80,9 +81,12 @@ typedef struct {
 static void sample_task(void *p, int64_t slot) {
     sample_ctx *x = p;
     const int64_t V = x->c->base.m->cfg.n_vocab;
-    for (int64_t i; (i = atomic_fetch_add(&x->next, 1)) < x->n_rows;)
-        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, x->rows[i].position, &x->out[i],
-                       x->c->work_idx + slot * V, x->c->work_p + slot * V);
+    for (int64_t i; (i = atomic_fetch_add(&x->next, 1)) < x->n_rows;) {
+        /* The negative control keys the draw by the row's place in the step (tests only). */
+        const int64_t pos = x->rows[i].position + (x->c->draw_by_row ? i : 0);
+        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, pos, &x->out[i], x->c->work_idx + slot * V,
+                       x->c->work_p + slot * V);
+    }
 }
 
 
@@ -141,5 +145,17 @@ int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err
 int backend_cpu_set_matmul(backend *b, matmul_fn fn) {
     if (b->ops != &cpu_ops) return -1;
     fwd_state_set_matmul(cpu(b)->fwd, fn);
+    return 0;
+}
+
+int backend_cpu_set_attention(backend *b, attn_split_mode mode) {
+    if (b->ops != &cpu_ops) return -1;
+    fwd_state_set_attention(cpu(b)->fwd, mode);
+    return 0;
+}
+
+int backend_cpu_set_draw_by_row(backend *b, bool on) {
+    if (b->ops != &cpu_ops) return -1;
+    cpu(b)->draw_by_row = on;
     return 0;
 }

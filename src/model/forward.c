@@ -14,9 +14,11 @@ struct fwd_state {
     int64_t *row_cuts; /* first token of each row task, then T (row_tasks) */
     void *scratch;
     matmul_fn matmul;
+    attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */
 };
 
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn; }
+void fwd_state_set_attention(fwd_state *s, attn_split_mode mode) { s->attn_split = mode; }
 
 size_t kv_bytes_per_block(const model_config *c) {
     return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(float);
@@ -102,52 +104,19 @@ void fwd_state_free(fwd_state *s) {
     free(s);
 }
 
-/* Per-token work between the matmuls. Each token's row depends on that row only, so
- * splitting the tokens over threads cannot change a bit; small batches (decode) run on
- * the calling thread, where handing out tasks would cost more than it saves.
- *
- * Row tasks start only where a token begins a KV block or a new sequence: the K cache is
- * stored transposed ([head_dim][16] per block), so two threads storing tokens of one
- * block would write the same cache lines (false sharing made the store ten times as
- * costly in CPU time at two threads). Tasks hold ROWS_PER_TASK to 2 x ROWS_PER_TASK - 1 tokens. */
-#define ROWS_PER_TASK KV_BLOCK
-#define ROWS_PARALLEL_MIN 32
-
-typedef struct rows_ctx rows_ctx;
-struct rows_ctx {
+/* Per-token work between the matmuls, on the row path of rowops.h (rows_run): each token's
+ * row depends on that row only, so splitting the tokens over threads cannot change a bit. */
+typedef struct {
     const model *m;
     fwd_state *s;
     kv_storage *kv;
     const fwd_batch *b;
     int64_t il;
     int64_t n_tasks; /* row tasks: s->row_cuts[i] .. s->row_cuts[i + 1] */
-    void (*row)(const rows_ctx *c, int64_t t);
-};
+} rows_ctx;
 
-static int64_t row_tasks(const fwd_batch *b, int64_t *cuts) {
-    int64_t n = 0;
-    cuts[n++] = 0;
-    for (int64_t t = 1; t < b->n_tokens; t++) {
-        const int boundary = b->pos[t] % KV_BLOCK == 0 || b->block_tables[t] != b->block_tables[t - 1];
-        if (t - cuts[n - 1] >= ROWS_PER_TASK && boundary) cuts[n++] = t;
-    }
-    cuts[n] = b->n_tokens;
-    return n;
-}
-
-static void rows_task(void *p, int64_t task) {
-    const rows_ctx *c = p;
-    for (int64_t t = c->s->row_cuts[task]; t < c->s->row_cuts[task + 1]; t++) c->row(c, t);
-}
-
-static void for_each_row(threadpool *tp, rows_ctx *c, void (*row)(const rows_ctx *, int64_t)) {
-    const int64_t T = c->b->n_tokens;
-    c->row = row;
-    if (T < ROWS_PARALLEL_MIN) {
-        for (int64_t t = 0; t < T; t++) row(c, t);
-        return;
-    }
-    threadpool_run(tp, rows_task, c, c->n_tasks);
+static void for_each_row(threadpool *tp, rows_ctx *c, rows_fn row) {
+    rows_run(tp, c->b->n_tokens, c->s->row_cuts, c->n_tasks, row, c);
 }
 
 static void add_bias(float *x, const float *bias, int64_t n) {
@@ -155,7 +124,8 @@ static void add_bias(float *x, const float *bias, int64_t n) {
 }
 
 /* Token t enters layer 0: embedding, then the first attention norm. */
-static void row_embed(const rows_ctx *c, int64_t t) {
+static void row_embed(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
     const model_config *cf = &c->m->cfg;
     float *x = c->s->x + t * cf->n_embd;
     model_embed(c->m, c->b->tokens[t], x);
@@ -164,7 +134,8 @@ static void row_embed(const rows_ctx *c, int64_t t) {
 
 /* Biases, q/k norms, RoPE, and the token's K/V written into its sequence's cache (before
  * any query of this batch reads it: attention runs after all rows are done). */
-static void row_qkv(const rows_ctx *c, int64_t t) {
+static void row_qkv(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
     const model_config *cf = &c->m->cfg;
     const layer_weights *L = &c->m->layers[c->il];
     const int64_t hd = cf->head_dim, qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
@@ -186,7 +157,8 @@ static void row_qkv(const rows_ctx *c, int64_t t) {
 }
 
 /* x += attention output (in xn); xn = ffn_norm(x). */
-static void row_attn_residual(const rows_ctx *c, int64_t t) {
+static void row_attn_residual(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
     const model_config *cf = &c->m->cfg;
     const int64_t D = cf->n_embd;
     float *x = c->s->x + t * D, *xn = c->s->xn + t * D;
@@ -194,14 +166,16 @@ static void row_attn_residual(const rows_ctx *c, int64_t t) {
     row_rmsnorm(x, c->m->layers[c->il].ffn_norm, xn, D, cf->rms_eps);
 }
 
-static void row_silu(const rows_ctx *c, int64_t t) {
+static void row_silu(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
     const int64_t F = c->m->cfg.n_ff;
     float *g = c->s->gate + t * F;
     row_silu_mul(g, c->s->up + t * F, g, F);
 }
 
 /* x += ffn output (in xn); xn = the next layer's attention norm of x. */
-static void row_ffn_residual(const rows_ctx *c, int64_t t) {
+static void row_ffn_residual(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
     const model_config *cf = &c->m->cfg;
     const int64_t D = cf->n_embd;
     float *x = c->s->x + t * D, *xn = c->s->xn + t * D;
@@ -232,7 +206,7 @@ static void attention_block(const model *m, fwd_state *s, threadpool *tp, rows_c
     matmuls_on(s, tp, 3, w, s->xn, T, D, y, ldy);
     for_each_row(tp, rc, row_qkv);
     attn_shape shape = {c->n_head, c->n_head_kv, hd, 1.0f / sqrtf((float)hd)};
-    attn_run(tp, &shape, s->jobs, T);
+    attn_run_split(tp, &shape, s->jobs, T, s->attn_split);
     s->matmul(tp, &L->wo, s->attn, T, qd, s->xn, D, s->scratch);
     for_each_row(tp, rc, row_attn_residual);
 }
@@ -259,7 +233,7 @@ int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, 
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab) return -1;
         if (b->pos[t] < 0 || b->pos[t] >= m->rope_len) return -1;
     }
-    rows_ctx rc = {m, s, kv, b, 0, row_tasks(b, s->row_cuts), NULL};
+    rows_ctx rc = {m, s, kv, b, 0, rows_cut(T, b->pos, b->block_tables, s->row_cuts)};
     for_each_row(tp, &rc, row_embed);
     for (int64_t il = 0; il < c->n_layer; il++) {
         rc.il = il;

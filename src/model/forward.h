@@ -5,6 +5,7 @@
 #ifndef INVAR_FORWARD_H
 #define INVAR_FORWARD_H
 #include <stdint.h>
+#include "../kernels/cpu/attention.h"
 #include "../kernels/cpu/threadpool.h"
 #include "batch.h"
 #include "model.h"
@@ -32,6 +33,8 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
 void fwd_state_free(fwd_state *s);
 /* Tests only: swap the matmul (negative controls use a non-invariant one). */
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn);
+/* Tests only: the attention split (ATTN_SPLIT_BY_BATCH is a negative control). */
+void fwd_state_set_attention(fwd_state *s, attn_split_mode mode);
 
 /* Writes logits [n_logits][n_vocab]. Positions must be < m->rope_len and each
  * sequence's blocks for positions 0..pos must exist. Returns 0, -1 on bad input. */

@@ -1,11 +1,16 @@
 /* Attention and row-op invariance: a query's output is bitwise the same alone or among M
  * other queries (M up to 300, including other tokens of its own sequence that share its
- * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV. Negative control: splits aligned to the batch instead of absolute positions differ. */
+ * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV. Negative control:
+ * the same check on the real kernel with split boundaries that follow the batch
+ * (ATTN_SPLIT_BY_BATCH) fails. Row ops: the forward pass's row path (rows_run: many rows
+ * in one call, spread over 2 or 3 threads) equals each row run alone; negative control: a
+ * norm whose sum depends on the rows in the call fails the same check. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -51,20 +56,22 @@ static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shu
 
 static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f};
 
-static void test_attention_batch_invariance(void **state) {
-    (void)state;
+/* The check: each query of batches of m = 1..max_m queries (mixed positions across split
+ * edges, two sequences, one with shuffled physical blocks, 1 or 2 threads) against the same
+ * query alone on one thread. Returns how many of the `checked` queries differ. */
+static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t *checked) {
     int64_t kvd = N_KV * HD, qd = N_HEADS * HD;
     float *keys = malloc(sizeof(float) * CTX * kvd), *vals = malloc(sizeof(float) * CTX * kvd);
     for (int64_t i = 0; i < CTX * kvd; i++) keys[i] = frand() * 2.0f, vals[i] = frand();
     kv_fixture a, b;
     kv_make(&a, keys, vals, 0);
     kv_make(&b, keys, vals, 1);
-    const int64_t max_m = 300;
     float *q = malloc(sizeof(float) * max_m * qd), *out = malloc(sizeof(float) * max_m * qd);
     float ref[N_HEADS * HD];
     attn_job *jobs = malloc(sizeof(attn_job) * max_m);
     threadpool *pools[2] = {threadpool_create(1), threadpool_create(2)};
-    int64_t checked = 0;
+    int64_t bad = 0;
+    *checked = 0;
     for (int64_t m = 1; m <= max_m; m += (m < 40 ? 1 : 37)) {
         for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
         for (int64_t j = 0; j < m; j++) {
@@ -75,22 +82,40 @@ static void test_attention_batch_invariance(void **state) {
             jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD}, pos};
         }
         threadpool *tp = pools[m & 1];
-        attn_run(tp, &SHAPE, jobs, m);
+        attn_run_split(tp, &SHAPE, jobs, m, mode);
         for (int64_t j = 0; j < m; j++) {
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
             alone.kv = (attn_kv){a.k, a.v, a.table, N_KV, HD};
-            attn_run(pools[0], &SHAPE, &alone, 1);
-            assert_memory_equal(ref, out + j * qd, sizeof ref);
-            checked++;
+            attn_run_split(pools[0], &SHAPE, &alone, 1, mode);
+            bad += memcmp(ref, out + j * qd, sizeof ref) != 0;
+            (*checked)++;
         }
     }
-    assert_true(checked > 1000);
     threadpool_destroy(pools[0]);
     threadpool_destroy(pools[1]);
     free(keys), free(vals), free(q), free(out), free(jobs);
     free(a.k), free(a.v), free(b.k), free(b.v);
+    return bad;
+}
+
+static void test_attention_batch_invariance(void **state) {
+    (void)state;
+    int64_t checked;
+    assert_int_equal(attention_mismatches(ATTN_SPLIT_INVARIANT, 300, &checked), 0);
+    assert_true(checked > 1000);
+}
+
+/* Negative control: the same check on the real kernel with ATTN_SPLIT_BY_BATCH (split
+ * boundaries that follow the number of queries in the call) finds differences. */
+static void test_negative_control_split_by_batch(void **state) {
+    (void)state;
+    int64_t checked;
+    const int64_t bad = attention_mismatches(ATTN_SPLIT_BY_BATCH, 80, &checked);
+    printf("# negative control (split by batch): %lld/%lld queries differ from alone\n", (long long)bad,
+           (long long)checked);
+    assert_true(bad > checked / 2);
 }
 
 /* Accuracy against a double-precision softmax on random data. */
@@ -128,86 +153,104 @@ static void test_attention_accuracy(void **state) {
     free(keys), free(vals), free(a.k), free(a.v);
 }
 
-/* A deliberately non-invariant attention: its splits start where the batch's first query
- * sits, so the same query reduces differently depending on its batch-mates. */
-static void attn_head_batch_aligned(const attn_job *job, int64_t h, int64_t offset, float *out) {
-    const int64_t hd = HD, kvh = h / (N_HEADS / N_KV);
-    float m = -INFINITY, l = 0, acc[HD] = {0};
-    for (int64_t s0 = 0; s0 <= job->pos;) {
-        int64_t s1 = s0 == 0 ? offset : s0 + 255;
-        if (s1 > job->pos) s1 = job->pos;
-        float mc = -INFINITY, lc = 0, part[HD] = {0}, sc[CTX];
-        float k[N_KV * HD], v[N_KV * HD];
-        for (int64_t p = s0; p <= s1; p++) {
-            attn_kv_load(&job->kv, p, k, v);
-            sc[p - s0] = row_dot(job->q + h * hd, k + kvh * hd, hd) * SHAPE.scale;
-            if (sc[p - s0] > mc) mc = sc[p - s0];
-        }
-        for (int64_t p = s0; p <= s1; p++) {
-            float w = invar_expf(sc[p - s0] - mc);
-            lc += w;
-            attn_kv_load(&job->kv, p, k, v);
-            for (int d = 0; d < hd; d++) part[d] += w * v[kvh * hd + d];
-        }
-        float mn = m > mc ? m : mc, x = invar_expf(m - mn), y = invar_expf(mc - mn);
-        l = l * x + lc * y;
-        for (int d = 0; d < hd; d++) acc[d] = acc[d] * x + part[d] * y;
-        m = mn;
-        s0 = s1 + 1;
-    }
-    for (int d = 0; d < hd; d++) out[d] = acc[d] / l;
+/* Row ops on the forward pass's row path (rowops.h: rows_cut + rows_run, as forward.c runs
+ * them): one token's work between the matmuls, in forward.c's order: RMSNorm, per-head norm
+ * (Qwen3's q/k norm), RoPE at the row's position, SiLU gate, residual add, and the sampler's
+ * log-sum-exp of the row. RD is odd, so every op has a tail. */
+#define RD 577
+#define ROPE_POS 256
+typedef struct {
+    const float *x, *g, *w, *hw, *cs; /* rows of x and g; weights; RoPE table [ROPE_POS][64] */
+    const int32_t *pos;
+    float *y, *lse;                   /* outputs: a row of y and one lse per row */
+} rows_fixture;
+
+static void row_work(void *p, int64_t t) {
+    const rows_fixture *f = p;
+    const float *x = f->x + t * RD;
+    float *y = f->y + t * RD;
+    row_rmsnorm(x, f->w, y, RD, 1e-5f);
+    for (int h = 0; h < 9; h++) row_rmsnorm(y + h * 64, f->hw, y + h * 64, 64, 1e-6f);
+    row_rope(y, 9, 64, 64, f->cs + f->pos[t] * 64, f->pos[t] & 1);
+    row_silu_mul(y, f->g + t * RD, y, RD);
+    row_add(y, x, RD);
+    f->lse[t] = row_logsumexp(y, RD);
 }
 
-static void test_negative_control_detects_batch_aligned_splits(void **state) {
-    (void)state;
-    int64_t kvd = N_KV * HD;
-    float *keys = malloc(sizeof(float) * CTX * kvd), *vals = malloc(sizeof(float) * CTX * kvd);
-    for (int64_t i = 0; i < CTX * kvd; i++) keys[i] = frand() * 2.0f, vals[i] = frand();
-    kv_fixture a;
-    kv_make(&a, keys, vals, 0);
-    float q[N_HEADS * HD], alone[HD], batched[HD];
-    for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
-    int mismatches = 0;
-    for (int64_t m = 1; m <= 64; m++) {
-        attn_job job = {q, NULL, {a.k, a.v, a.table, N_KV, HD}, CTX - 1};
-        attn_head_batch_aligned(&job, 0, 255, alone);         /* alone: absolute splits */
-        attn_head_batch_aligned(&job, 0, 255 - m, batched);   /* batch-mates shift the split */
-        mismatches += memcmp(alone, batched, sizeof alone) != 0;
+/* The check: batches of m = 1..301 rows from sequences of 1 to 40 consecutive positions
+ * (decodes and prefill chunks), run in one call on 2 or 3 threads, against each row run
+ * alone (a one-row call on one thread). Returns how many rows differ; *threaded counts the
+ * calls that ran as several tasks on the pool. */
+static int64_t row_ops_mismatches(int64_t *checked, int64_t *threaded) {
+    enum { MAX_M = 301 };
+    float *x = malloc(sizeof(float) * MAX_M * RD), *g = malloc(sizeof(float) * MAX_M * RD);
+    float *y = malloc(sizeof(float) * MAX_M * RD), *cs = malloc(sizeof(float) * ROPE_POS * 64);
+    float w[RD], hw[64], ref[RD], lse[MAX_M], ref_lse;
+    int32_t pos[MAX_M], seq_tables[MAX_M];
+    const int32_t *tables[MAX_M];
+    int64_t cuts[MAX_M + 1];
+    for (int64_t i = 0; i < RD; i++) w[i] = 1.0f + 0.1f * frand();
+    for (int64_t i = 0; i < 64; i++) hw[i] = 1.0f + 0.1f * frand();
+    for (int64_t p = 0; p < ROPE_POS; p++)
+        for (int i = 0; i < 32; i++) {
+            const double a = (double)p * pow(10000.0, -(double)i / 32.0);
+            cs[p * 64 + 2 * i] = (float)cos(a), cs[p * 64 + 2 * i + 1] = (float)sin(a);
+        }
+    for (int64_t i = 0; i < MAX_M * RD; i++) x[i] = 4.0f * frand(), g[i] = 2.0f * frand();
+    threadpool *one = threadpool_create(1), *pools[2] = {threadpool_create(2), threadpool_create(3)};
+    int64_t bad = 0;
+    *checked = *threaded = 0;
+    for (int64_t m = 1; m <= MAX_M; m += (m < 40 ? 3 : 29)) {
+        for (int64_t t = 0, s = 0; t < m; s++) { /* sequence s: rows t .. t+len-1 */
+            const int64_t len = 1 + (int64_t)((frand() * 0.5f + 0.5f) * 39.0f);
+            const int64_t p0 = (int64_t)((frand() * 0.5f + 0.5f) * 200.0f);
+            for (int64_t i = 0; i < len && t < m; i++, t++) pos[t] = (int32_t)(p0 + i), tables[t] = &seq_tables[s];
+        }
+        const int64_t n_tasks = rows_cut(m, pos, tables, cuts);
+        *threaded += m >= ROWS_PARALLEL_MIN && n_tasks > 1;
+        rows_fixture f = {x, g, w, hw, cs, pos, y, lse};
+        rows_run(pools[m & 1], m, cuts, n_tasks, row_work, &f);
+        for (int64_t t = 0; t < m; t++) {
+            rows_fixture alone = {x + t * RD, g + t * RD, w, hw, cs, pos + t, ref, &ref_lse};
+            int64_t cut1[2];
+            rows_run(one, 1, cut1, rows_cut(1, pos + t, tables + t, cut1), row_work, &alone);
+            bad += memcmp(ref, y + t * RD, sizeof ref) != 0 || memcmp(&ref_lse, &lse[t], sizeof ref_lse) != 0;
+            (*checked)++;
+        }
     }
-    assert_true(mismatches > 0); /* the bitwise check catches a batch-dependent split */
-    free(keys), free(vals), free(a.k), free(a.v);
+    threadpool_destroy(one), threadpool_destroy(pools[0]), threadpool_destroy(pools[1]);
+    free(x), free(g), free(y), free(cs);
+    return bad;
 }
 
 static void test_row_ops_batch_invariance(void **state) {
     (void)state;
-    const int64_t n = 577, max_m = 301;
-    float *x = malloc(sizeof(float) * max_m * n), *y = malloc(sizeof(float) * max_m * n), *w = malloc(sizeof(float) * n);
-    float *g = malloc(sizeof(float) * max_m * n), ref[577], cs[64];
-    for (int64_t i = 0; i < n; i++) w[i] = 1.0f + 0.1f * frand();
-    for (int i = 0; i < 32; i++) cs[2 * i] = cosf((float)i * 0.3f), cs[2 * i + 1] = sinf((float)i * 0.3f);
-    for (int64_t i = 0; i < max_m * n; i++) x[i] = 4.0f * frand(), g[i] = frand();
-    for (int64_t m = 1; m <= max_m; m += 25) {
-        for (int64_t r = 0; r < m; r++) {
-            row_rmsnorm(x + r * n, w, y + r * n, n, 1e-5f);
-            row_silu_mul(y + r * n, g + r * n, y + r * n, n);
-            row_rope(y + r * n, 9, 64, 64, cs, r & 1);
-        }
-        for (int64_t r = 0; r < m; r += 7) {
-            row_rmsnorm(x + r * n, w, ref, n, 1e-5f);
-            row_silu_mul(ref, g + r * n, ref, n);
-            row_rope(ref, 9, 64, 64, cs, r & 1);
-            assert_memory_equal(ref, y + r * n, sizeof(float) * n);
-        }
-    }
-    free(x), free(y), free(w), free(g);
+    int64_t checked, threaded;
+    assert_int_equal(row_ops_mismatches(&checked, &threaded), 0);
+    assert_true(checked > 1000);
+    assert_true(threaded >= 8); /* the threaded path ran, in several tasks */
+}
+
+/* Negative control: the same check with a norm whose sum of squares is cut by the number
+ * of rows in the call (rows_testing_set_norm_by_rows) finds differences. */
+static void test_negative_control_norm_by_rows(void **state) {
+    (void)state;
+    int64_t checked, threaded;
+    rows_testing_set_norm_by_rows(true);
+    const int64_t bad = row_ops_mismatches(&checked, &threaded);
+    rows_testing_set_norm_by_rows(false);
+    printf("# negative control (norm by rows in the call): %lld/%lld rows differ from alone\n", (long long)bad,
+           (long long)checked);
+    assert_true(bad > checked / 4);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_batch_invariance),
         cmocka_unit_test(test_attention_accuracy),
-        cmocka_unit_test(test_negative_control_detects_batch_aligned_splits),
+        cmocka_unit_test(test_negative_control_split_by_batch),
         cmocka_unit_test(test_row_ops_batch_invariance),
+        cmocka_unit_test(test_negative_control_norm_by_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,14 +2,17 @@
  * (one sequence per step, one thread) equals, bitwise in token ids and logprobs, the same
  * request inside random batches of 2..64 requests in random order, with random per-step
  * token budgets (so prefill is chunked differently) and 1 or 2 threads; greedy and at
- * temperature 0.8 with seeds. Negative control: the same check on an engine whose matmul
- * splits K by batch size finds mismatches. */
+ * temperature 0.8 with seeds. Negative controls: the same check finds mismatches on an
+ * engine whose matmul splits K by batch size, whose attention splits the keys at
+ * boundaries that follow the number of tokens in the forward (ATTN_SPLIT_BY_BATCH), or
+ * whose sampler keys a row's draw by its place in the step (backend_cpu_set_draw_by_row). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "engine/engine_testing.h"
 #include "engine_fixture.h"
 #include "kernels/cpu/matmul.h"
@@ -32,13 +35,27 @@ static invar_sampling mode_sampling(int sampled, int prompt) {
     return s;
 }
 
+/* The engine's real path, or one deliberately non-invariant part of it (the negative
+ * controls): the matmul, the attention split or the sampler's draw. */
+typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW } variant;
+
+static void make_variant(invar_engine *e, variant v) {
+    struct backend *be = invar_engine_testing_backend(e);
+    switch (v) {
+    case REAL: break;
+    case SPLITK_BY_M: assert_int_equal(invar_engine_testing_set_matmul(e, cpu_matmul_splitk_by_m), 0); break;
+    case ATTN_BY_BATCH: assert_int_equal(backend_cpu_set_attention(be, ATTN_SPLIT_BY_BATCH), 0); break;
+    case DRAW_BY_ROW: assert_int_equal(backend_cpu_set_draw_by_row(be, true), 0); break;
+    }
+}
+
 /* Runs requests (prompt index, sampled flag) submitted in the given order. */
 static void run_batch(const int *prompt_of, const int *sampled_of, const int *order, int n,
-                      const invar_engine_config *cfg, matmul_fn mm, run_out *out) {
+                      const invar_engine_config *cfg, variant v, run_out *out) {
     char err[256];
     invar_engine *e;
     assert_int_equal(invar_engine_create(g_model, cfg, &e, err, sizeof err), 0);
-    if (mm) invar_engine_testing_set_matmul(e, mm);
+    make_variant(e, v);
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
     for (int k = 0; k < n; k++) {
         int i = order[k];
@@ -77,8 +94,10 @@ static int rnd(int n) {
 }
 
 /* References: every (prompt, mode) alone. Then trials of random batches; returns the
- * number of requests whose output differed from their reference. */
-static int check_batches(matmul_fn mm, int n_prompts, const int *sizes, int n_trials, int *n_compared) {
+ * number of requests whose output differed from their reference (of them, *greedy_bad at
+ * temperature 0). */
+static int check_batches(variant v, int n_prompts, const int *sizes, int n_trials, int *n_compared,
+                         int *greedy_bad) {
     invar_engine_config alone_cfg;
     invar_engine_config_default(&alone_cfg);
     alone_cfg.n_threads = 1;
@@ -86,11 +105,11 @@ static int check_batches(matmul_fn mm, int n_prompts, const int *sizes, int n_tr
     run_out *ref = calloc((size_t)n_prompts * 2, sizeof *ref);
     for (int i = 0; i < n_prompts * 2; i++) {
         int p = i % n_prompts, smp = i / n_prompts, zero = 0;
-        run_batch(&p, &smp, &zero, 1, &alone_cfg, mm, &ref[i]);
+        run_batch(&p, &smp, &zero, 1, &alone_cfg, v, &ref[i]);
         assert_true(ref[i].n > 0);
     }
     int mismatches = 0;
-    *n_compared = 0;
+    *n_compared = *greedy_bad = 0;
     for (int t = 0; t < n_trials; t++) {
         int n = sizes[t];
         int *prompt_of = malloc(sizeof(int) * (size_t)n), *sampled_of = malloc(sizeof(int) * (size_t)n);
@@ -112,9 +131,11 @@ static int check_batches(matmul_fn mm, int n_prompts, const int *sizes, int n_tr
         cfg.max_batch = 1 + rnd(n);
         static const int budgets[] = {7, 33, 64, 200, 512};
         cfg.max_batch_tokens = budgets[rnd(5)];
-        run_batch(prompt_of, sampled_of, order, n, &cfg, mm, out);
+        run_batch(prompt_of, sampled_of, order, n, &cfg, v, out);
         for (int i = 0; i < n; i++) {
-            mismatches += !same(&out[i], &ref[sampled_of[i] * n_prompts + prompt_of[i]]);
+            const int differs = !same(&out[i], &ref[sampled_of[i] * n_prompts + prompt_of[i]]);
+            mismatches += differs;
+            *greedy_bad += differs && !sampled_of[i];
             (*n_compared)++;
         }
         free(prompt_of), free(sampled_of), free(order), free(out);
@@ -134,22 +155,47 @@ static void test_batches_equal_alone(void **state) {
     (void)state;
     static const int sizes[] = {2, 64, 5, 33, 17, 9};
     static const int quick_sizes[] = {2, 24, 7};
-    int compared;
-    int mismatches = quick() ? check_batches(NULL, 8, quick_sizes, 3, &compared)
-                             : check_batches(NULL, N_PROMPTS, sizes, 6, &compared);
+    int compared, greedy_bad;
+    int mismatches = quick() ? check_batches(REAL, 8, quick_sizes, 3, &compared, &greedy_bad)
+                             : check_batches(REAL, N_PROMPTS, sizes, 6, &compared, &greedy_bad);
     printf("# invariant engine: %d/%d batched requests differ from alone\n", mismatches, compared);
     assert_true(compared >= (quick() ? 33 : 128));
     assert_int_equal(mismatches, 0);
 }
 
-static void test_negative_control_splitk_by_batch_size(void **state) {
-    (void)state;
-    if (quick()) skip(); /* the Release run holds the negative control */
+/* The negative controls: the same check on an engine with one non-invariant part. */
+static int control_mismatches(variant v, const char *what, int *greedy_bad) {
     static const int sizes[] = {16};
     int compared;
-    int mismatches = check_batches(cpu_matmul_splitk_by_m, 6, sizes, 1, &compared);
-    printf("# negative control (split-K by batch size): %d/%d batched requests differ\n", mismatches, compared);
-    assert_true(mismatches > 0);
+    int mismatches = check_batches(v, 6, sizes, 1, &compared, greedy_bad);
+    printf("# negative control (%s): %d/%d batched requests differ (%d greedy)\n", what, mismatches, compared,
+           *greedy_bad);
+    return mismatches;
+}
+
+static void test_negative_control_splitk_by_batch_size(void **state) {
+    (void)state;
+    if (quick()) skip(); /* the Release run holds the negative controls */
+    int greedy_bad;
+    assert_true(control_mismatches(SPLITK_BY_M, "split-K by batch size", &greedy_bad) > 0);
+}
+
+/* Attention whose split boundaries follow the number of tokens in the forward. */
+static void test_negative_control_attention_split_by_batch(void **state) {
+    (void)state;
+    if (quick()) skip();
+    int greedy_bad;
+    assert_true(control_mismatches(ATTN_BY_BATCH, "attention split by batch", &greedy_bad) > 0);
+    assert_true(greedy_bad > 0); /* the logits themselves changed */
+}
+
+/* Draws keyed by the row's place in the step: only sampled requests can change. */
+static void test_negative_control_draw_by_row(void **state) {
+    (void)state;
+    if (quick()) skip();
+    int greedy_bad;
+    assert_true(control_mismatches(DRAW_BY_ROW, "sampler draw by row index", &greedy_bad) > 0);
+    assert_int_equal(greedy_bad, 0);
 }
 
 static int setup(void **state) {
@@ -171,6 +217,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batches_equal_alone),
         cmocka_unit_test(test_negative_control_splitk_by_batch_size),
+        cmocka_unit_test(test_negative_control_attention_split_by_batch),
+        cmocka_unit_test(test_negative_control_draw_by_row),
     };
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

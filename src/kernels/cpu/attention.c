@@ -35,7 +35,7 @@ void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
 typedef struct {
     const attn_shape *shape;
     const attn_job *jobs;
-    int64_t n_jobs, span, group, heads_per_tile, tiles_per_kvh;
+    int64_t n_jobs, span, group, heads_per_tile, tiles_per_kvh, split;
     const vec16_kernels *k;
 } attn_ctx;
 
@@ -53,13 +53,22 @@ static void attn_task(void *p, int64_t t) {
     for (int64_t a = j0; a < j1;) {
         int64_t b = a + 1;
         while (b < j1 && same_cache(&c->jobs[b].kv, &c->jobs[a].kv)) b++;
-        c->k->attn_tile(c->shape, c->jobs + a, (int)(b - a), kvh, kvh * c->group + g0, (int)G);
+        const int64_t h0 = kvh * c->group + g0;
+        if (c->split == ATTN_SPLIT) c->k->attn_tile(c->shape, c->jobs + a, (int)(b - a), kvh, h0, (int)G);
+        else c->k->attn_tile_split(c->shape, c->jobs + a, (int)(b - a), kvh, h0, (int)G, c->split); /* tests only */
         a = b;
     }
 }
 
 void attn_run(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs) {
+    attn_run_split(tp, shape, jobs, n_jobs, ATTN_SPLIT_INVARIANT);
+}
+
+void attn_run_split(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs,
+                    attn_split_mode mode) {
     attn_ctx c;
+    /* ATTN_SPLIT_BY_BATCH, tests only: splits of 16, 32, 48 or 64 keys as n_jobs goes. */
+    c.split = mode == ATTN_SPLIT_BY_BATCH ? KV_BLOCK * (1 + n_jobs % 4) : ATTN_SPLIT;
     c.shape = shape;
     c.jobs = jobs;
     c.n_jobs = n_jobs;

@@ -42,6 +42,14 @@ typedef struct {
 /* Runs all jobs, parallel over (job, KV head). head_dim <= ATTN_MAX_HEAD_DIM. */
 void attn_run(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs);
 
+/* NEGATIVE CONTROL, tests only. ATTN_SPLIT_BY_BATCH splits every query's keys every
+ * KV_BLOCK * (1 + n_jobs % 4) positions instead of ATTN_SPLIT, merging the partials as
+ * usual: the boundaries move with the number of queries in the call, so a query's bits
+ * depend on its batch. attn_run is attn_run_split(..., ATTN_SPLIT_INVARIANT). */
+typedef enum { ATTN_SPLIT_INVARIANT = 0, ATTN_SPLIT_BY_BATCH = 1 } attn_split_mode;
+void attn_run_split(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs,
+                    attn_split_mode mode);
+
 /* Writes / reads position p's K and V rows (n_kv_heads * head_dim floats each). */
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v);
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v);

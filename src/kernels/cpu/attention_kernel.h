@@ -6,7 +6,8 @@
  * One call handles a tile of up to ATTN_QMAX queries that read the same KV head of the
  * same sequence (the query heads of the group, for one or several tokens): each key
  * vector and value row loaded serves the whole tile. Per query, the operation sequence is
- * the one described in attention.h, whatever else the tile holds. */
+ * the one described in attention.h, whatever else the tile holds. Its exp is
+ * v16_kernel_exp (vec16.h): invar_exp16, but in the tests-only flipped builds. */
 #include <math.h>
 #include <string.h>
 
@@ -80,7 +81,7 @@ V16_AI void split_weights(const int64_t *n, const int Q, float (*w)[ATTN_SPLIT],
     for (int g = 0; g < Q; g++) {
         f32x16 sum = v16_splat(0.0f);
         for (int64_t b = 0; b * KV_BLOCK < n[g]; b++) {
-            const f32x16 e = invar_exp16(v16_load(w[g] + b * KV_BLOCK) - mc[g]);
+            const f32x16 e = v16_kernel_exp(v16_load(w[g] + b * KV_BLOCK) - mc[g]);
             v16_store(w[g] + b * KV_BLOCK, e);
             sum = sum + e;
         }
@@ -120,8 +121,10 @@ V16_AI void pv_accumulate(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t j0
     }
 }
 
+/* split: keys per split, the constant ATTN_SPLIT on every real path; other values only
+ * for the negative control ATTN_SPLIT_BY_BATCH (attn_tile_split). */
 V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, const attn_queries *qs, const int Q,
-                      const int64_t hd) {
+                      const int64_t hd, const int64_t split) {
     float m[ATTN_QMAX], l[ATTN_QMAX];
     _Alignas(64) float acc[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
     _Alignas(64) float part[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
@@ -133,11 +136,14 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
         memset(acc[g], 0, sizeof(float) * (size_t)hd);
         pos_max = qs->pos[g] > pos_max ? qs->pos[g] : pos_max;
     }
-    for (int64_t s0 = 0; s0 <= pos_max; s0 += ATTN_SPLIT) {
+    for (int64_t s0 = 0; s0 <= pos_max; s0 += split) {
         /* n[g]: keys of this split that query g attends to (<= 0: it is already done). */
         int64_t n[ATTN_QMAX], n_max = 0;
         for (int g = 0; g < Q; g++) {
-            n[g] = qs->pos[g] - s0 + 1 < ATTN_SPLIT ? qs->pos[g] - s0 + 1 : ATTN_SPLIT;
+            /* (the real path's expression spelled with the constant, so it compiles as it
+             * always did) */
+            if (split == ATTN_SPLIT) n[g] = qs->pos[g] - s0 + 1 < ATTN_SPLIT ? qs->pos[g] - s0 + 1 : ATTN_SPLIT;
+            else n[g] = qs->pos[g] - s0 + 1 < split ? qs->pos[g] - s0 + 1 : split;
             n_max = n[g] > n_max ? n[g] : n_max;
         }
         float mc[ATTN_QMAX], lc[ATTN_QMAX];
@@ -169,17 +175,29 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
 /* AVX-512 build: specialised on the tile size and the common head dims so the compiler can
  * keep a tile's accumulators in registers; every instance performs the same per-query
  * operations as the general one. */
-#define ATTN_TILE_Q(hd)                                                   \
-    switch (Q) {                                                          \
-    case 1: attn_tile(sh, kv, kvh, qs, 1, hd); break;                     \
-    case 2: attn_tile(sh, kv, kvh, qs, 2, hd); break;                     \
-    case 3: attn_tile(sh, kv, kvh, qs, 3, hd); break;                     \
-    case 4: attn_tile(sh, kv, kvh, qs, 4, hd); break;                     \
-    case 5: attn_tile(sh, kv, kvh, qs, 5, hd); break;                     \
-    case 6: attn_tile(sh, kv, kvh, qs, 6, hd); break;                     \
-    case 7: attn_tile(sh, kv, kvh, qs, 7, hd); break;                     \
-    default: attn_tile(sh, kv, kvh, qs, 8, hd); break;                    \
+#define ATTN_TILE_Q(hd)                                               \
+    switch (Q) {                                                      \
+    case 1: attn_tile(sh, kv, kvh, qs, 1, hd, ATTN_SPLIT); break;  \
+    case 2: attn_tile(sh, kv, kvh, qs, 2, hd, ATTN_SPLIT); break;  \
+    case 3: attn_tile(sh, kv, kvh, qs, 3, hd, ATTN_SPLIT); break;  \
+    case 4: attn_tile(sh, kv, kvh, qs, 4, hd, ATTN_SPLIT); break;  \
+    case 5: attn_tile(sh, kv, kvh, qs, 5, hd, ATTN_SPLIT); break;  \
+    case 6: attn_tile(sh, kv, kvh, qs, 6, hd, ATTN_SPLIT); break;  \
+    case 7: attn_tile(sh, kv, kvh, qs, 7, hd, ATTN_SPLIT); break;  \
+    default: attn_tile(sh, kv, kvh, qs, 8, hd, ATTN_SPLIT); break; \
     }
+
+/* The tile's queries: heads h0 .. h0+G-1 of each of n_jobs jobs. Returns their number. */
+V16_AI int tile_queries(const attn_job *jobs, int n_jobs, int64_t h0, int G, int64_t hd, attn_queries *qs) {
+    int Q = 0;
+    for (int t = 0; t < n_jobs; t++)
+        for (int g = 0; g < G; g++, Q++) {
+            qs->q[Q] = jobs[t].q + (h0 + g) * hd;
+            qs->out[Q] = jobs[t].out + (h0 + g) * hd;
+            qs->pos[Q] = jobs[t].pos;
+        }
+    return Q;
+}
 
 /* Query heads h0 .. h0+G-1 of KV head kvh for n_jobs jobs of one sequence (G * n_jobs
  * <= ATTN_QMAX). */
@@ -195,15 +213,23 @@ static void attn_tile_any(const attn_shape *sh, const attn_job *jobs, int n_jobs
             qs->out[Q] = jobs[t].out + (h0 + g) * hd;
             qs->pos[Q] = jobs[t].pos;
         }
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !defined(VEC16_TESTING_FLIP) /* (the flipped build: tests only) */
     switch (hd) {
     case 64: ATTN_TILE_Q(64) break;
     case 128: ATTN_TILE_Q(128) break;
-    default: attn_tile(sh, kv, kvh, qs, Q, hd); break;
+    default: attn_tile(sh, kv, kvh, qs, Q, hd, ATTN_SPLIT); break;
     }
 #else
     /* Other builds: one general instance (they are fallbacks; 24 instances of 16-lane
      * code lowered to narrower vectors would cost minutes of compile time). */
-    attn_tile(sh, kv, kvh, qs, Q, hd);
+    attn_tile(sh, kv, kvh, qs, Q, hd, ATTN_SPLIT);
 #endif
+}
+
+/* Tests only, the negative control ATTN_SPLIT_BY_BATCH: any split, in one general instance. */
+static void attn_tile_split(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G,
+                            int64_t split) {
+    attn_queries qs;
+    const int Q = tile_queries(jobs, n_jobs, h0, G, sh->head_dim, &qs);
+    attn_tile(sh, &jobs[0].kv, kvh, &qs, Q, sh->head_dim, split);
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attention.h"
 #include "vec16.h"
 #include "vec16_kernels.h"
 
@@ -14,7 +15,33 @@ float invar_expf(float x) {
 
 void invar_expf_n(const float *x, float sub, float *y, int64_t n) { vec16_active()->expf_n(x, sub, y, n); }
 
+/* rows_testing_set_norm_by_rows (tests only): written by the caller of rows_run before the
+ * pool starts its tasks, read by them. */
+static bool g_norm_by_rows;
+static int64_t g_rows_in_call;
+
+void rows_testing_set_norm_by_rows(bool on) { g_norm_by_rows = on; }
+
+/* The negative control's norm: the sum of squares in 1 + (rows % 3) consecutive parts, each
+ * summed in order. Out of line, so row_rmsnorm's own code is as without the hook. */
+static __attribute__((noinline, cold)) void rmsnorm_by_rows(const float *x, const float *w, float *y, int64_t n,
+                                                              float eps) {
+    const int64_t parts = 1 + g_rows_in_call % 3;
+    float ss = 0.0f;
+    for (int64_t p = 0; p < parts; p++) {
+        float part = 0.0f;
+        for (int64_t i = n * p / parts; i < n * (p + 1) / parts; i++) part += x[i] * x[i];
+        ss += part;
+    }
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
 void row_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+    if (__builtin_expect(g_norm_by_rows, 0)) { /* tests only */
+        rmsnorm_by_rows(x, w, y, n, eps);
+        return;
+    }
     float ss = row_dot(x, x, n);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
     if (w) {
@@ -50,3 +77,37 @@ void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const 
 float row_logsumexp(const float *x, int64_t n) { return vec16_active()->logsumexp(x, n); }
 
 int64_t row_argmax(const float *x, int64_t n) { return vec16_active()->argmax(x, n); }
+
+_Static_assert(ROWS_PER_TASK == KV_BLOCK, "row tasks start at KV-block boundaries");
+
+int64_t rows_cut(int64_t n_rows, const int32_t *pos, const int32_t *const *tables, int64_t *cuts) {
+    int64_t n = 0;
+    cuts[n++] = 0;
+    for (int64_t t = 1; t < n_rows; t++) {
+        const int boundary = pos[t] % KV_BLOCK == 0 || tables[t] != tables[t - 1];
+        if (t - cuts[n - 1] >= ROWS_PER_TASK && boundary) cuts[n++] = t;
+    }
+    cuts[n] = n_rows;
+    return n;
+}
+
+typedef struct {
+    const int64_t *cuts;
+    rows_fn fn;
+    void *ctx;
+} rows_ctx;
+
+static void rows_task(void *p, int64_t task) {
+    const rows_ctx *c = p;
+    for (int64_t t = c->cuts[task]; t < c->cuts[task + 1]; t++) c->fn(c->ctx, t);
+}
+
+void rows_run(threadpool *tp, int64_t n_rows, const int64_t *cuts, int64_t n_tasks, rows_fn fn, void *ctx) {
+    if (g_norm_by_rows) g_rows_in_call = n_rows; /* tests only */
+    if (n_rows < ROWS_PARALLEL_MIN) {
+        for (int64_t t = 0; t < n_rows; t++) fn(ctx, t);
+        return;
+    }
+    rows_ctx c = {cuts, fn, ctx};
+    threadpool_run(tp, rows_task, &c, n_tasks);
+}

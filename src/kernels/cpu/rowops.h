@@ -5,6 +5,7 @@
 #define INVAR_ROWOPS_H
 #include <stdbool.h>
 #include <stdint.h>
+#include "threadpool.h"
 
 /* The one exp (vec16.h: invar_exp16); scalar callers get lane 0 of the same code. */
 float invar_expf(float x);
@@ -41,5 +42,29 @@ void row_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const 
 float row_logsumexp(const float *x, int64_t n);
 /* First index of the largest element (NaNs ignored). */
 int64_t row_argmax(const float *x, int64_t n);
+
+/* The forward pass's row path: per-token work between the matmuls, spread over the pool.
+ * Each row depends on that row only, so how rows are grouped into tasks and which thread
+ * runs a task cannot change a bit; small batches (decode, fewer than ROWS_PARALLEL_MIN
+ * rows) run on the calling thread, where handing out tasks would cost more than it saves.
+ *
+ * Tasks start only where a row begins a KV block or a new sequence: the K cache is stored
+ * transposed ([head_dim][16] per block), so two threads storing tokens of one block would
+ * write the same cache lines (false sharing made the store ten times as costly in CPU time
+ * at two threads). Tasks hold ROWS_PER_TASK to 2 x ROWS_PER_TASK - 1 rows. */
+#define ROWS_PER_TASK 16 /* = KV_BLOCK */
+#define ROWS_PARALLEL_MIN 32
+typedef void (*rows_fn)(void *ctx, int64_t row);
+/* Cuts n_rows rows (row t: position pos[t] of the sequence whose block table is tables[t])
+ * into tasks: task i is rows cuts[i] .. cuts[i + 1] - 1. cuts has room for n_rows + 1
+ * entries; returns the number of tasks. */
+int64_t rows_cut(int64_t n_rows, const int32_t *pos, const int32_t *const *tables, int64_t *cuts);
+/* fn(ctx, t) for every row t < n_rows, in the tasks rows_cut made. */
+void rows_run(threadpool *tp, int64_t n_rows, const int64_t *cuts, int64_t n_tasks, rows_fn fn, void *ctx);
+
+/* NEGATIVE CONTROL, tests only: with on, row_rmsnorm sums the squares in 1 + (n % 3)
+ * consecutive parts, n the number of rows of the last rows_run call, so a row's bits depend
+ * on how many rows ran with it. */
+void rows_testing_set_norm_by_rows(bool on);
 
 #endif

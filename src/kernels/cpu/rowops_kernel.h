@@ -1,12 +1,13 @@
 /* Vectorised row operations, compiled once per ISA (vec16_*.c) from this one source;
- * lane-wise IEEE operations only, so every ISA gives the same bits. */
+ * lane-wise IEEE operations only, so every ISA gives the same bits. Their exp is
+ * v16_kernel_exp (vec16.h): invar_exp16, but in the tests-only flipped builds. */
 #include <math.h>
 #include <string.h>
 
 #include "vec16.h"
 
 /* silu(x) = x / (1 + e^-x), lane-wise. */
-V16_AI f32x16 silu16(f32x16 x) { return x / (1.0f + invar_exp16(-x)); }
+V16_AI f32x16 silu16(f32x16 x) { return x / (1.0f + v16_kernel_exp(-x)); }
 
 /* Loads lanes [0, n) of p (n < 16), the rest 0: tails go through the same lane code. */
 V16_AI f32x16 load_tail(const float *p, int64_t n) {
@@ -26,9 +27,9 @@ static void silu_mul_any(const float *gate, const float *up, float *out, int64_t
 
 static void expf_n_any(const float *x, float sub, float *y, int64_t n) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) v16_store(y + i, invar_exp16(v16_load(x + i) - sub));
+    for (; i + 16 <= n; i += 16) v16_store(y + i, v16_kernel_exp(v16_load(x + i) - sub));
     if (i < n) {
-        const f32x16 e = invar_exp16(load_tail(x + i, n - i) - sub);
+        const f32x16 e = v16_kernel_exp(load_tail(x + i, n - i) - sub);
         memcpy(y + i, &e, sizeof(float) * (size_t)(n - i));
     }
 }
@@ -59,11 +60,11 @@ static float logsumexp_any(const float *x, int64_t n) {
     double acc[16] = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const f32x16 e = invar_exp16(v16_load(x + i) - mx);
+        const f32x16 e = v16_kernel_exp(v16_load(x + i) - mx);
         for (int l = 0; l < 16; l++) acc[l] += (double)e[l];
     }
     if (i < n) {
-        const f32x16 e = invar_exp16(load_tail(x + i, n - i) - mx);
+        const f32x16 e = v16_kernel_exp(load_tail(x + i, n - i) - mx);
         for (int l = 0; l < n - i; l++) acc[l] += (double)e[l];
     }
     for (int w = 8; w >= 1; w /= 2)

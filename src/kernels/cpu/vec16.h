@@ -81,6 +81,13 @@ V16_AI float v16_max_lanes(f32x16 v) {
     return m;
 }
 
+/* Tests only (negative control of the cross-ISA comparisons): the lowest bit of lane 5
+ * flipped, a one-ulp change in one lane. */
+V16_AI f32x16 v16_testing_flip(f32x16 v) {
+    const i32x16 bit = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    return (f32x16)((i32x16)v ^ bit);
+}
+
 /* e^x, lane-wise, within 1 ulp of the exact value for normal results (test_vec16). Range reduction
  * x = n ln2 + r with n = nearest integer of x log2(e) (by the 1.5*2^23 rounding trick,
  * whose bits also give n as an integer), ln2 split in two parts so n*ln2_hi is exact, a
@@ -117,5 +124,13 @@ V16_AI f32x16 invar_exp16(f32x16 x) {
     res = v16_select(x > hi, v16_splat(__builtin_inff()), res);
     return v16_select(x == x, res, x);
 }
+
+/* The exp of the vec16 kernels (attention_kernel.h, rowops_kernel.h): invar_exp16. The
+ * tests-only flipped builds (vec16_flip_*.c: VEC16_TESTING_FLIP) flip one lane of it. */
+#if defined(VEC16_TESTING_FLIP)
+#define v16_kernel_exp(x) v16_testing_flip(invar_exp16(x))
+#else
+#define v16_kernel_exp(x) invar_exp16(x)
+#endif
 
 #endif

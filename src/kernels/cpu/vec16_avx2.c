@@ -3,4 +3,5 @@
 #include "rowops_kernel.h"
 #include "vec16_kernels.h"
 
-const vec16_kernels vec16_kernels_avx2 = {attn_tile_any, silu_mul_any, expf_n_any, argmax_any, logsumexp_any};
+const vec16_kernels vec16_kernels_avx2 = {attn_tile_any, silu_mul_any, expf_n_any, argmax_any, logsumexp_any,
+                                          attn_tile_split};

@@ -18,9 +18,22 @@ typedef struct {
     void (*expf_n)(const float *x, float sub, float *y, int64_t n);
     int64_t (*argmax)(const float *x, int64_t n);
     float (*logsumexp)(const float *x, int64_t n);
+    /* Tests only: attn_tile with `split` keys per split (the negative control
+     * ATTN_SPLIT_BY_BATCH, attention.h); a separate instance, so attn_tile is untouched. */
+    void (*attn_tile_split)(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G,
+                            int64_t split);
 } vec16_kernels;
 
 extern const vec16_kernels vec16_kernels_generic, vec16_kernels_avx2, vec16_kernels_avx512;
+/* Tests only (vec16_flip_*.c): each build's kernels with the lowest bit of lane 5 of every
+ * exp flipped (vec16.h: v16_kernel_exp), so its exp, SiLU, log-sum-exp and attention give
+ * other bits (argmax, which has no exp, is the real one). */
+extern const vec16_kernels vec16_kernels_generic_flip, vec16_kernels_avx2_flip, vec16_kernels_avx512_flip;
+
+/* NEGATIVE CONTROL of the cross-ISA comparisons, tests only: when set to an ISA (a cpu_isa
+ * value), vec16_for returns that ISA's flipped kernels, as if that build alone computed
+ * one lane differently; -1 (the default): the real kernels everywhere. */
+extern int vec16_testing_flip_isa;
 
 /* The build for an ISA; vec16_active() for the selected one (cpu_isa_active()). */
 const vec16_kernels *vec16_for(cpu_isa isa);
