@@ -29,6 +29,11 @@ target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include
   PRIVATE ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
 target_link_libraries(invar_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
 
+# Targets made before this file (the layers, the CLI) link CUDA through invar_backend but
+# were created without the variable above: they take no CMake architecture list either.
+get_property(invar_targets_before DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
+set_target_properties(${invar_targets_before} PROPERTIES CUDA_ARCHITECTURES OFF)
+
 # The engine's CUDA backend (host C in src/backend) drives these kernels.
 target_compile_definitions(invar_backend PRIVATE INVAR_HAVE_CUDA=1)
 target_link_libraries(invar_backend PUBLIC invar_cuda)
