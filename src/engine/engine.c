@@ -8,9 +8,9 @@
  * token. A request that asked for prompt logprobs also gets the logits row of each prompt
  * position it computes, turned into the next prompt token's logprob at once (its chunk is
  * cut so that a step never asks for more rows than the backend holds). Nothing a request
- * computes depends on the others: the forward pass and the sampler
- * are per-token / per-row by construction, a prefix-cache hit reuses bits that the same
- * tokens at the same positions produce anyway, and a preempted request recomputes them. */
+ * computes depends on the others: the forward pass and the sampler are per-token / per-row
+ * by construction, a prefix-cache hit reuses bits that the same tokens at the same
+ * positions produce anyway, and a preempted request recomputes them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
