@@ -5,9 +5,12 @@
  * chunks in arrival order, within the token budget), KV blocks are allocated for them,
  * preempting the most recently admitted requests when blocks run out, one forward computes
  * all tokens, and every request whose pending tokens are all in the cache samples its next
- * token. Nothing a request computes depends on the others: the forward pass and the sampler
- * are per-token / per-row by construction, a prefix-cache hit reuses bits that the same
- * tokens at the same positions produce anyway, and a preempted request recomputes them. */
+ * token. A request that asked for prompt logprobs also gets the logits row of each prompt
+ * position it computes, turned into the next prompt token's logprob at once (its chunk is
+ * cut so that a step never asks for more rows than the backend holds). Nothing a request
+ * computes depends on the others: the forward pass and the sampler are per-token / per-row
+ * by construction, a prefix-cache hit reuses bits that the same tokens at the same
+ * positions produce anyway, and a preempted request recomputes them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -6,6 +6,8 @@
  *   prefix    prefix cache cold vs warm (shared prefixes), hits counted
  *   preempt   a tiny KV budget forcing preemption and recompute
  *   score     invar_engine_score == the logprobs sampled step by step
+ *   prompt    prompt logprobs from the engine (invar_sampling.prompt_logprobs), batched,
+ *             chunked, cache warm == invar_engine_score of the prompt on the same device
  *   control   every check again with the GEMM's K chunk following M (SPLIT_BY_M): each
  *             must find mismatches; cuBLAS mode is reported too
  *   accuracy  GPU logits against the CPU engine's on the same file (relative error, top-1)
@@ -324,6 +326,60 @@ static void check_score(const req *tg, int nt, const out_t *ref, int mode) {
     report_mode("score: one pass == sampled logprobs", mode, d, nt);
 }
 
+/* The greedy targets (prompts up to 700 tokens: chunks cut to the backend's logits rows) in
+ * one batch with prompt_logprobs, budgets 64 and 2048, prefix cache on, against
+ * invar_engine_score of each prompt (one sequence) on the same engine kind. */
+static void check_prompt_logprobs(const req *tg, int nt, int mode) {
+    const int n = nt / 2;
+    float **want = calloc((size_t)n, sizeof *want);
+    char err[256];
+    invar_engine_config c1 = cfg_of(1, 512, 1, false);
+    invar_engine *e = engine(&c1, mode);
+    for (int i = 0; i < n; i++) {
+        const req *r = &tg[2 * i];
+        if (r->n < 2) continue;
+        want[i] = malloc(sizeof(float) * (size_t)(r->n - 1));
+        if (invar_engine_score(e, r->ids, 1, r->ids + 1, r->n - 1, want[i], err, sizeof err)) {
+            fprintf(stderr, "score: %s\n", err);
+            exit(1);
+        }
+    }
+    invar_engine_free(e);
+    static const int budgets[] = {64, 2048};
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+    int d = 0, compared = 0;
+    for (int b = 0; b < 2; b++) {
+        invar_engine_config c = cfg_of(32, budgets[b], 0, true);
+        e = engine(&c, mode);
+        for (int i = 0; i < n; i++) {
+            invar_sampling s = tg[2 * i].s;
+            s.prompt_logprobs = true;
+            ids[i] = invar_engine_submit(e, tg[2 * i].ids, tg[2 * i].n, &s);
+        }
+        int left;
+        while ((left = invar_engine_step(e)) > 0) {}
+        if (left < 0) {
+            fprintf(stderr, "step failed: %s\n", invar_engine_error(e));
+            exit(1);
+        }
+        for (int i = 0; i < n; i++) {
+            invar_result r;
+            invar_engine_result(e, ids[i], &r);
+            if (want[i]) {
+                const int64_t k = tg[2 * i].n - 1;
+                d += r.n_prompt_logprobs != k || memcmp(r.prompt_logprobs, want[i], sizeof(float) * (size_t)k) != 0;
+                compared++;
+            }
+            invar_engine_release(e, ids[i]);
+        }
+        invar_engine_free(e);
+    }
+    report_mode("prompt: engine prompt logprobs == score", mode, d, compared);
+    for (int i = 0; i < n; i++) free(want[i]);
+    free(want);
+    free(ids);
+}
+
 /* cuBLAS picks its kernels by shape: it differs from its own M = 1 results on Llama-3-8B
  * widths (test_cuda_gemm shows it), but can agree with itself on small models, so there
  * it is reported, not required. */
@@ -403,6 +459,7 @@ int main(int argc, char **argv) {
         check_prefix(tg, nt, ref, mode);
         check_preempt(tg, nt, ref, mode);
         check_score(tg, nt, ref, mode);
+        check_prompt_logprobs(tg, nt, mode);
     }
     check_cublas(tg, nt, fill);
     check_accuracy(tg);
