@@ -11,7 +11,7 @@ struct fwd_state {
     int64_t max_tokens, max_logits;
     float *x, *xn, *q, *k, *v, *attn, *gate, *up, *hidden;
     attn_job *jobs;
-    int64_t *row_cuts; /* first token of each row task, then T (row_tasks) */
+    int64_t *row_cuts; /* first token of each row task, then T (rows_cut) */
     void *scratch;
     matmul_fn matmul;
     attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */

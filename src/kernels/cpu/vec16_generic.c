@@ -4,7 +4,7 @@
 #include "vec16_kernels.h"
 
 const vec16_kernels vec16_kernels_generic = {attn_tile_any, silu_mul_any, expf_n_any, argmax_any, logsumexp_any,
-                                          attn_tile_split};
+                                             attn_tile_split};
 
 /* Tests only (vec16_kernels.h). */
 int vec16_testing_flip_isa = -1;
