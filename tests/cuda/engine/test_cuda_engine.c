@@ -79,16 +79,21 @@ static invar_engine *engine(const invar_engine_config *c, int gemm_mode) {
     return e;
 }
 
-/* Submits rs[order[i]] in that order, steps to the end, collects outputs by index. */
-static void run_on(invar_engine *e, const req *rs, const int *order, int n, out_t *outs) {
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
-    for (int i = 0; i < n; i++) ids[i] = invar_engine_submit(e, rs[order[i]].ids, rs[order[i]].n, &rs[order[i]].s);
+/* Steps until every request has finished. */
+static void step_to_end(invar_engine *e) {
     int left;
     while ((left = invar_engine_step(e)) > 0) {}
     if (left < 0) {
         fprintf(stderr, "step failed: %s\n", invar_engine_error(e));
         exit(1);
     }
+}
+
+/* Submits rs[order[i]] in that order, steps to the end, collects outputs by index. */
+static void run_on(invar_engine *e, const req *rs, const int *order, int n, out_t *outs) {
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++) ids[i] = invar_engine_submit(e, rs[order[i]].ids, rs[order[i]].n, &rs[order[i]].s);
+    step_to_end(e);
     for (int i = 0; i < n; i++) {
         invar_result r;
         invar_engine_result(e, ids[i], &r);
@@ -356,12 +361,7 @@ static void check_prompt_logprobs(const req *tg, int nt, int mode) {
             s.prompt_logprobs = true;
             ids[i] = invar_engine_submit(e, tg[2 * i].ids, tg[2 * i].n, &s);
         }
-        int left;
-        while ((left = invar_engine_step(e)) > 0) {}
-        if (left < 0) {
-            fprintf(stderr, "step failed: %s\n", invar_engine_error(e));
-            exit(1);
-        }
+        step_to_end(e);
         for (int i = 0; i < n; i++) {
             invar_result r;
             invar_engine_result(e, ids[i], &r);
