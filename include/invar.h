@@ -100,6 +100,8 @@ typedef struct {
     int32_t cuda_device;        /* GPU ordinal for INVAR_DEVICE_CUDA */
     bool cuda_gemm_cublas;      /* CUDA: cuBLAS GEMMs, faster but NOT batch-invariant (for
                                    measuring the cost of invariance; never for real use) */
+    bool cuda_no_graphs;        /* CUDA: run decode steps eagerly instead of replaying the CUDA
+                                   graphs captured at start-up (same bits, more launch overhead) */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 
@@ -140,6 +142,8 @@ int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_pr
  * or -1 on an internal error (message via invar_engine_error). */
 int invar_engine_step(invar_engine *e);
 const char *invar_engine_error(const invar_engine *e);
+/* What the device set up at start-up (e.g. "cuda graphs: ..."), or "" (never NULL). */
+const char *invar_engine_device_info(const invar_engine *e);
 int invar_engine_cancel(invar_engine *e, int64_t request_id);
 
 typedef struct {

@@ -127,6 +127,46 @@ void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *plan, int force);
 int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *plan, const uint16_t *q,
                          const uint16_t *k_cache, const uint16_t *v_cache,
                          const int32_t *block_table, uint16_t *out, float scale);
+/* The same attention for callers that keep a step's work lists in memory of their own (the
+ * engine's backend: one upload per step, CUDA graphs). A work item is a tile of query rows of
+ * one sequence against one KV split (chunk >= 0) or against all of its splits (chunk = -1). */
+typedef struct invar_cuda_attn_item {
+    int32_t seq, tok0, ntok, pos0, chunk;
+} invar_cuda_attn_item;
+typedef struct {
+    int n_tokens;           /* rows of q: the largest q_start + q_len */
+    int n_items_tile;       /* items with chunk = -1 */
+    int n_items_split;      /* items with chunk >= 0 */
+    size_t n_partials;      /* split partials per head: sum over tokens of pos / KV_SPLIT + 1 */
+    int rows_max;           /* query rows of the largest tile */
+    int auto_split;         /* 1 where whole tiles would leave most of the chip idle */
+} invar_cuda_attn_shape;
+/* Measures a batch (arguments as invar_cuda_attn_plan_create, all host memory). */
+int invar_cuda_attn_measure(int n_seqs, const int32_t *host_q_start, const int32_t *host_q_len,
+                            const int32_t *host_ctx_len, int n_heads, int n_kv_heads, int head_dim,
+                            int max_pages, int sm_count, invar_cuda_attn_shape *out);
+/* Writes the batch's work lists to host memory: items_tile [n_items_tile] and items_split
+ * [n_items_split] (either may be NULL), tok_pos and tok_pbase [n_tokens]. */
+void invar_cuda_attn_fill(int n_seqs, const int32_t *host_q_start, const int32_t *host_q_len,
+                          const int32_t *host_ctx_len, int n_heads, int n_kv_heads,
+                          invar_cuda_attn_item *host_items_tile, invar_cuda_attn_item *host_items_split,
+                          int32_t *host_tok_pos, int32_t *host_tok_pbase);
+/* Bytes of split partials for n_partials (shape.n_partials). */
+size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int head_dim);
+typedef struct {
+    const invar_cuda_attn_item *items; /* the split items (split = 1) or the tile items */
+    int grid;                /* CTAs per KV head */
+    const int32_t *counts;   /* NULL: CTA x runs item x (grid = the item count). Else device
+                                {n_items, max_pages}: the CTAs stride over n_items items, so
+                                the grid can stay fixed while the work changes (graphs) */
+    int max_pages;           /* block_table row stride when counts is NULL */
+    int split, rows_max, n_tokens, n_heads, n_kv_heads, head_dim;
+    const int32_t *ctx_len, *tok_pos, *tok_pbase, *block_table;
+    float *ws;               /* split: invar_cuda_attn_ws_bytes of partials */
+} invar_cuda_attn_launch;
+int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *launch,
+                                const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,
+                                uint16_t *out, float scale);
 /* Writes k,v [T, n_kv_heads, head_dim] into the cache at slot[t] = page * PAGE + offset. */
 int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const uint16_t *v,
                         uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot, int T,

@@ -50,7 +50,7 @@ gen() { # name arch type shape [extra]
     [ -f "$GEN/$1.gguf" ] || python3 tools/make_tiny_model.py --tokenizer-from "$TOKENIZER_SRC" --arch "$2" --type "$3" \
         --shape "$4" "${@:5}" --out "$GEN/$1.gguf" >/dev/null || { echo "cannot generate $1"; status=1; }
 }
-GEN_MODELS="llama-hd64-q4_1 qwen2-hd64-q8_0 qwen3-hd64-bf16 llama-hd128-f16 qwen3-hd128-q4_k qwen2-hd128-q6_k"
+GEN_MODELS=${GEN_MODELS:-"llama-hd64-q4_1 qwen2-hd64-q8_0 qwen3-hd64-bf16 llama-hd128-f16 qwen3-hd128-q4_k qwen2-hd128-q6_k"}
 if want engine || want hf; then
     gen llama-hd64-q4_1 llama Q4_1 gpu-hd64
     gen qwen2-hd64-q8_0 qwen2 Q8_0 gpu-hd64 --separate-output
@@ -79,6 +79,9 @@ if want hf8b; then
     [ -f "$B8" ] || python3 tools/make_bench_model.py --tokenizer-from "$TOKENIZER_SRC" --out "$B8" >/dev/null
     step hf-reference-8b env PYTHONUNBUFFERED=1 timeout 500 python3 tests/cuda/engine/hf_reference.py "$BIN/invar" \
         "$OUT/hf_reference_8b.json" "$B8"
+    # The CLI and the server on the 8B-shaped file (random weights: the text is noise).
+    step cli-generate-8b "$BIN/invar" generate --device cuda --model "$B8" --max-tokens 16 "The sea is"
+    step serve-8b env PYTHONUNBUFFERED=1 timeout 300 python3 tests/cuda/engine/serve_check.py "$BIN/invar" "$B8"
 fi
 
 if want cli && have_default; then

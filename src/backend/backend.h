@@ -26,6 +26,7 @@ typedef struct {
     int64_t max_logits;     /* most logits rows one forward produces */
     int32_t cuda_device;    /* CUDA device ordinal */
     bool cuda_gemm_cublas;  /* CUDA only: cuBLAS GEMMs, fast and NOT batch-invariant */
+    bool cuda_graphs;       /* CUDA only: decode steps replay graphs captured with the KV cache */
 } backend_opts;
 
 /* One row of a sampling request: which request parameters, at which absolute position. */
@@ -61,6 +62,7 @@ struct backend {
     backend_opts opts;
     int64_t n_logits;       /* logits rows the last forward kept */
     char error[256];        /* message of the last failed call */
+    char info[256];         /* what start-up set up (e.g. the CUDA graphs captured), or "" */
 };
 
 /* For implementations: 1 if n rows of the last forward exist, else 0 with a message. */
@@ -88,8 +90,9 @@ int backend_cpu_set_attention(backend *b, attn_split_mode mode);
  * (seed, position + i), so a sampled token depends on its row's place in the step. -1 for
  * a backend that is not the CPU's. */
 int backend_cpu_set_draw_by_row(backend *b, bool on);
-/* Tests and benchmarks: the CUDA backend's GEMM. SPLIT_BY_M is a negative control (the
- * invariant kernel with a K chunk that depends on M). -1 for another backend. */
+/* Tests and benchmarks: the CUDA backend's GEMM (its decode graphs are captured again).
+ * SPLIT_BY_M is a negative control (the invariant kernel with a K chunk that depends on M's
+ * parity). -1 for another backend. */
 typedef enum { BACKEND_GEMM_INVARIANT, BACKEND_GEMM_CUBLAS, BACKEND_GEMM_SPLIT_BY_M } backend_gemm_mode;
 int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode);
 

@@ -11,7 +11,13 @@
  * row without alternatives is done there (a token id and a float come back); any other row's
  * logits are copied to the host and go through the engine's one sampler with that lse, so
  * temperature, top-k, top-p, min-p, seeds and alternatives mean exactly what they mean on the
- * CPU, and every logprob is sampler_logprob(logit, device lse). */
+ * CPU, and every logprob is sampler_logprob(logit, device lse).
+ *
+ * Traffic per step: the step's inputs go up in one copy from pinned memory (cuda_step.h),
+ * the kernels run on the backend's own stream, and the one wait is for the row statistics
+ * coming back. Decode steps (one token per sequence) replay CUDA graphs captured when the KV
+ * cache is created (cuda_graphs.c); their padding rows change no bit of a real row, since
+ * every kernel's per-row arithmetic is independent of the rows beside it. */
 #ifdef INVAR_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -21,72 +27,61 @@
 
 #include "../kernels/cpu/attention.h"
 #include "../sampling/sampler.h"
-#include "backend.h"
-#include "cuda_weights.h"
-#include "invar_cuda.h"
+#include "cuda_backend.h"
 
 _Static_assert(INVAR_CUDA_PAGE == KV_BLOCK, "the engine's KV blocks are the kernels' pages");
 
-typedef struct {
-    uint16_t *x, *xn, *q, *attn, *o, *gu, *h, *hid;   /* bf16 activations */
-    float *qkv, *logits;
-    int32_t *tokens, *pos, *slot, *logit_rows, *btab, *tok_in, *argmax;
-    float *lse, *lp;
-    size_t btab_cap;                                   /* int32 entries of btab */
-} cuda_bufs;
-
-typedef struct {                 /* host staging of one step */
-    int32_t *slot, *q_start, *q_len, *ctx_len, *btab, *argmax;
-    float *lse, *lp, *row;
-    int32_t *work_idx;
-    float *work_p;
-    size_t btab_cap;
-} host_bufs;
-
-typedef struct {
-    backend base;
-    invar_cuda_ctx *ctx;
-    cuda_weights w;
-    cuda_bufs d;
-    host_bufs h;
-    int64_t vocab_pad;
-    int64_t D, qd, kvd, F, wqkv;
-    backend_gemm_mode gemm_mode;
-} cuda_backend;
-
-struct backend_kv {
-    uint16_t *k, *v;             /* [n_layer][n_blocks][n_head_kv][PAGE][head_dim] */
-    int64_t n_blocks;
-};
-
 static cuda_backend *cu(backend *b) { return (cuda_backend *)b; }
 static const backend_ops cuda_ops;
+static cudaStream_t stream_of(const cuda_backend *c) { return (cudaStream_t)c->stream; }
 
-static int fail(backend *b, const char *what) {
+int cuda_fail(backend *b, const char *what) {
     snprintf(b->error, sizeof b->error, "cuda: %s: %s", what, invar_cuda_last_error(cu(b)->ctx));
     return -1;
 }
 
+static int cuda_error(backend *b, const char *what) {
+    snprintf(b->error, sizeof b->error, "cuda: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    return -1;
+}
+
 static void free_bufs(cuda_bufs *d) {
-    void *ps[] = {d->x, d->xn, d->q, d->attn, d->o, d->gu, d->h, d->hid, d->qkv, d->logits, d->tokens, d->pos,
-                  d->slot, d->logit_rows, d->btab, d->tok_in, d->argmax, d->lse, d->lp};
+    void *ps[] = {d->x, d->xn, d->q, d->attn, d->o, d->gu, d->h, d->hid, d->qkv, d->logits, d->tok_in, d->stats};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
 
 static void free_host(host_bufs *h) {
-    void *ps[] = {h->slot, h->q_start, h->q_len, h->ctx_len, h->btab, h->argmax, h->lse, h->lp, h->row,
-                  h->work_idx, h->work_p};
+    void *ps[] = {h->q_start, h->q_len, h->ctx_len, h->slot, h->work_idx, h->work_p};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) free(ps[i]);
+    cudaFreeHost(h->stats);
+    cudaFreeHost(h->tok_in);
+    cudaFreeHost(h->row);
     memset(h, 0, sizeof *h);
+}
+
+static void kv_free(backend_kv *kv) {
+    cuda_graphs_free(kv->graphs);
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
 }
 
 static void cuda_destroy(backend *b) {
     cuda_backend *c = cu(b);
+    if (c->stream) cudaStreamSynchronize(stream_of(c));
+    while (c->kvs) {
+        backend_kv *n = c->kvs->next;
+        kv_free(c->kvs);
+        c->kvs = n;
+    }
     free_bufs(&c->d);
     free_host(&c->h);
+    step_staging_free(&c->stage);
+    cudaFree(c->attn_ws);
     cuda_weights_free(&c->w);
     invar_cuda_free(c->ctx);
+    if (c->stream) cudaStreamDestroy(stream_of(c));
     free(c);
 }
 
@@ -96,62 +91,84 @@ static size_t cuda_kv_bytes_per_block(const backend *b) {
 }
 
 static int cuda_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
-    size_t half = cuda_kv_bytes_per_block(b) / 2 * (size_t)n_blocks, free_b = 0, total = 0;
+    cuda_backend *c = cu(b);
+    const int64_t n_alloc = n_blocks + 1;
+    size_t half = cuda_kv_bytes_per_block(b) / 2 * (size_t)n_alloc, free_b = 0, total = 0;
+    size_t graphs = b->opts.cuda_graphs ? cuda_graphs_bytes(c) : 0;
     cudaMemGetInfo(&free_b, &total);
-    if (2 * half + ((size_t)256 << 20) > free_b) {
-        snprintf(b->error, sizeof b->error, "cuda: a KV cache of %lld blocks needs %.1f GiB, the device has %.1f GiB free",
-                 (long long)n_blocks, 2.0 * (double)half / (1 << 30), (double)free_b / (1 << 30));
+    if (2 * half + graphs + ((size_t)256 << 20) > free_b) {
+        snprintf(b->error, sizeof b->error,
+                 "cuda: a KV cache of %lld blocks needs %.1f GiB (+%.2f GiB for decode graphs), the device has "
+                 "%.1f GiB free",
+                 (long long)n_blocks, 2.0 * (double)half / (1 << 30), (double)graphs / (1 << 30),
+                 (double)free_b / (1 << 30));
         return -1;
     }
     backend_kv *kv = calloc(1, sizeof *kv);
     if (!kv || cudaMalloc((void **)&kv->k, half) != cudaSuccess || cudaMalloc((void **)&kv->v, half) != cudaSuccess) {
-        if (kv) {
-            cudaFree(kv->k);
-            free(kv);
-        }
+        if (kv) kv_free(kv);
         snprintf(b->error, sizeof b->error, "cuda: cannot allocate %lld KV blocks", (long long)n_blocks);
         return -1;
     }
     /* Zeroed once: a page slot that no token wrote holds 0, never NaN (attention weighs
      * such slots by exactly 0, and 0 * NaN would not be 0). */
-    cudaMemset(kv->k, 0, half);
-    cudaMemset(kv->v, 0, half);
+    if (cudaMemsetAsync(kv->k, 0, half, stream_of(c)) != cudaSuccess ||
+        cudaMemsetAsync(kv->v, 0, half, stream_of(c)) != cudaSuccess ||
+        cudaStreamSynchronize(stream_of(c)) != cudaSuccess) {
+        kv_free(kv);
+        return cuda_error(b, "KV cache clear");
+    }
     kv->n_blocks = n_blocks;
+    kv->n_alloc = n_alloc;
+    kv->next = c->kvs;
+    c->kvs = kv;
+    if (b->opts.cuda_graphs) cuda_graphs_capture(c, kv);
     *out = kv;
     return 0;
 }
 
 static void cuda_kv_destroy(backend *b, backend_kv *kv) {
-    (void)b;
+    cuda_backend *c = cu(b);
     if (!kv) return;
-    cudaFree(kv->k);
-    cudaFree(kv->v);
-    free(kv);
+    cudaStreamSynchronize(stream_of(c));
+    for (backend_kv **p = &c->kvs; *p; p = &(*p)->next)
+        if (*p == kv) {
+            *p = kv->next;
+            break;
+        }
+    kv_free(kv);
 }
 
-static int gemm(cuda_backend *c, const uint16_t *a, const uint16_t *w, void *out, invar_cuda_dtype t, int64_t M,
-                int64_t N, int64_t K) {
+static int gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
+                invar_cuda_dtype t, int64_t M, int64_t N, int64_t K) {
     switch (c->gemm_mode) {
-    case BACKEND_GEMM_CUBLAS: return invar_cuda_gemm_cublas(c->ctx, a, w, out, t, (int)M, (int)N, (int)K);
-    case BACKEND_GEMM_SPLIT_BY_M: /* negative control: the K chunk, so the rounding, follows M */
-        return invar_cuda_gemm_experiment_kc(c->ctx, a, w, out, t, (int)M, (int)N, (int)K, M <= 8 ? 1024 : 256);
-    default: return invar_cuda_gemm(c->ctx, a, w, out, t, (int)M, (int)N, (int)K);
+    case BACKEND_GEMM_CUBLAS: return invar_cuda_gemm_cublas(ctx, a, w, out, t, (int)M, (int)N, (int)K);
+    case BACKEND_GEMM_SPLIT_BY_M:
+        /* Negative control: the K chunk, so the rounding, follows M (its parity: a lone
+         * decode row folds 1024-wide chunks, an even batch 256-wide; every graph bucket above
+         * 1 is even, so an odd batch differs from its padded replay too). */
+        return invar_cuda_gemm_experiment_kc(ctx, a, w, out, t, (int)M, (int)N, (int)K, M % 2 ? 1024 : 256);
+    default: return invar_cuda_gemm(ctx, a, w, out, t, (int)M, (int)N, (int)K);
     }
 }
 
 int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode) {
     if (b->ops != &cuda_ops) return -1;
-    cu(b)->gemm_mode = mode;
+    cuda_backend *c = cu(b);
+    c->gemm_mode = mode;
+    /* Graphs hold the GEMMs they were captured with. */
+    for (backend_kv *kv = c->kvs; kv; kv = kv->next)
+        if (kv->graphs) {
+            cuda_graphs_free(kv->graphs);
+            kv->graphs = NULL;
+            cuda_graphs_capture(c, kv);
+        }
     return 0;
 }
 
-static int to_dev(void *dst, const void *src, size_t bytes) {
-    return bytes && cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess;
-}
-
-/* The batch's sequences (runs of tokens sharing a block table at consecutive positions),
- * their block tables packed for the attention kernel, and each token's cache slot. */
-static int describe_batch(cuda_backend *c, const fwd_batch *b, int *n_seqs, int *max_pages) {
+/* The batch's sequences (runs of tokens sharing a block table at consecutive positions)
+ * into c->h, each token's cache slot, and the longest block table. */
+static int describe_batch(cuda_backend *c, const fwd_batch *b, int *max_pages) {
     host_bufs *h = &c->h;
     int ns = 0, mp = 1;
     for (int64_t t = 0; t < b->n_tokens; t++) {
@@ -168,30 +185,8 @@ static int describe_batch(cuda_backend *c, const fwd_batch *b, int *n_seqs, int 
         int pages = (p + KV_BLOCK) / KV_BLOCK;
         if (pages > mp) mp = pages;
     }
-    size_t need = (size_t)ns * (size_t)mp;
-    if (need > h->btab_cap) {
-        int32_t *nb = realloc(h->btab, sizeof(int32_t) * need);
-        if (!nb) return -1;
-        h->btab = nb;
-        h->btab_cap = need;
-    }
-    if (need > c->d.btab_cap) {
-        cudaFree(c->d.btab);
-        if (cudaMalloc((void **)&c->d.btab, sizeof(int32_t) * need) != cudaSuccess) {
-            c->d.btab = NULL;
-            c->d.btab_cap = 0;
-            return -1;
-        }
-        c->d.btab_cap = need;
-    }
-    for (int s = 0; s < ns; s++) {
-        const int32_t *bt = b->block_tables[h->q_start[s]];
-        int pages = (h->ctx_len[s] + KV_BLOCK - 1) / KV_BLOCK;
-        for (int p = 0; p < mp; p++) h->btab[(size_t)s * mp + p] = p < pages ? bt[p] : 0;
-    }
-    *n_seqs = ns;
     *max_pages = mp;
-    return 0;
+    return ns;
 }
 
 static int check_batch(backend *b, const fwd_batch *batch) {
@@ -208,108 +203,153 @@ static int check_batch(backend *b, const fwd_batch *batch) {
     return 0;
 }
 
-static int layer(cuda_backend *c, backend_kv *kv, int64_t il, int64_t T, const invar_cuda_attn_plan *plan) {
+static int layer(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int64_t il, int64_t T,
+                 const step_arrays *dev, const invar_cuda_attn_launch *attn) {
     const model_config *cf = &c->base.m->cfg;
     const cuda_layer *L = &c->w.layers[il];
     const cuda_bufs *d = &c->d;
-    const size_t layer_off = (size_t)il * (size_t)kv->n_blocks * KV_BLOCK * (size_t)c->kvd;
+    const size_t layer_off = (size_t)il * (size_t)kv->n_alloc * KV_BLOCK * (size_t)c->kvd;
     uint16_t *kc = kv->k + layer_off, *vc = kv->v + layer_off;
     const uint16_t *next_norm = il + 1 < cf->n_layer ? c->w.layers[il + 1].attn_norm : c->w.out_norm;
-    if (gemm(c, d->xn, L->wqkv, d->qkv, INVAR_CUDA_F32, T, c->wqkv, c->D)) return fail(&c->base, "qkv gemm");
-    if (invar_cuda_qkv_prep(c->ctx, d->qkv, (int)T, (int)cf->n_head, (int)cf->n_head_kv, (int)cf->head_dim, L->bqkv,
-                            L->q_norm, L->k_norm, cf->rms_eps, c->w.rope_cs, d->pos, (int)cf->n_rot, cf->rope_neox,
-                            d->q, kc, vc, d->slot))
-        return fail(&c->base, "qkv prep");
-    if (invar_cuda_attention(c->ctx, plan, d->q, kc, vc, d->btab, d->attn, 1.0f / sqrtf((float)cf->head_dim)))
-        return fail(&c->base, "attention");
-    if (gemm(c, d->attn, L->wo, d->o, INVAR_CUDA_BF16, T, c->D, c->qd)) return fail(&c->base, "o gemm");
-    if (invar_cuda_rmsnorm(c->ctx, d->o, d->x, L->ffn_norm, d->xn, (int)T, (int)c->D, cf->rms_eps))
-        return fail(&c->base, "ffn norm");
-    if (gemm(c, d->xn, L->wgu, d->gu, INVAR_CUDA_BF16, T, 2 * c->F, c->D)) return fail(&c->base, "gate/up gemm");
-    if (invar_cuda_silu_mul(c->ctx, d->gu, d->h, (int)T, (int)c->F)) return fail(&c->base, "silu");
-    if (gemm(c, d->h, L->wdown, d->o, INVAR_CUDA_BF16, T, c->D, c->F)) return fail(&c->base, "down gemm");
-    if (invar_cuda_rmsnorm(c->ctx, d->o, d->x, next_norm, d->xn, (int)T, (int)c->D, cf->rms_eps))
-        return fail(&c->base, "attn norm");
+    if (gemm(c, ctx, d->xn, L->wqkv, d->qkv, INVAR_CUDA_F32, T, c->wqkv, c->D)) return -1;
+    if (invar_cuda_qkv_prep(ctx, d->qkv, (int)T, (int)cf->n_head, (int)cf->n_head_kv, (int)cf->head_dim, L->bqkv,
+                            L->q_norm, L->k_norm, cf->rms_eps, c->w.rope_cs, dev->pos, (int)cf->n_rot, cf->rope_neox,
+                            d->q, kc, vc, dev->slot))
+        return -1;
+    if (invar_cuda_attention_launch(ctx, attn, d->q, kc, vc, d->attn, 1.0f / sqrtf((float)cf->head_dim))) return -1;
+    if (gemm(c, ctx, d->attn, L->wo, d->o, INVAR_CUDA_BF16, T, c->D, c->qd)) return -1;
+    if (invar_cuda_rmsnorm(ctx, d->o, d->x, L->ffn_norm, d->xn, (int)T, (int)c->D, cf->rms_eps)) return -1;
+    if (gemm(c, ctx, d->xn, L->wgu, d->gu, INVAR_CUDA_BF16, T, 2 * c->F, c->D)) return -1;
+    if (invar_cuda_silu_mul(ctx, d->gu, d->h, (int)T, (int)c->F)) return -1;
+    if (gemm(c, ctx, d->h, L->wdown, d->o, INVAR_CUDA_BF16, T, c->D, c->F)) return -1;
+    if (invar_cuda_rmsnorm(ctx, d->o, d->x, next_norm, d->xn, (int)T, (int)c->D, cf->rms_eps)) return -1;
+    return 0;
+}
+
+int cuda_run(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, const step_arrays *dev, int64_t T,
+             int64_t n_logits, const invar_cuda_attn_launch *attn) {
+    const model_config *cf = &c->base.m->cfg;
+    const cuda_bufs *d = &c->d;
+    if (invar_cuda_embed(ctx, c->w.embd, dev->tokens, d->x, (int)T, (int)c->D, (int)cf->n_vocab) ||
+        invar_cuda_rmsnorm(ctx, NULL, d->x, c->w.layers[0].attn_norm, d->xn, (int)T, (int)c->D, cf->rms_eps))
+        return -1;
+    for (int64_t il = 0; il < cf->n_layer; il++)
+        if (layer(c, ctx, kv, il, T, dev, attn)) return -1;
+    if (n_logits > 0) {
+        /* The normed rows whose logits are wanted, gathered (the embedding kernel is a row
+         * gather), then the output head. */
+        if (invar_cuda_embed(ctx, d->xn, dev->logit_rows, d->hid, (int)n_logits, (int)c->D, (int)T) ||
+            gemm(c, ctx, d->hid, c->w.out, d->logits, INVAR_CUDA_F32, n_logits, c->vocab_pad, c->D))
+            return -1;
+    }
+    return 0;
+}
+
+/* An eager step: the inputs packed into the staging buffer at sizes of this step, one copy,
+ * then the kernels. */
+static int eager_step(cuda_backend *c, backend_kv *kv, const fwd_batch *batch, int ns, int mp) {
+    backend *b = &c->base;
+    const model_config *cf = &b->m->cfg;
+    const host_bufs *h = &c->h;
+    const int64_t T = batch->n_tokens, L = batch->n_logits;
+    invar_cuda_attn_shape sh;
+    if (invar_cuda_attn_measure(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,
+                                (int)cf->head_dim, mp, invar_cuda_sm_count(c->ctx), &sh)) {
+        snprintf(b->error, sizeof b->error, "cuda: attention cannot take this batch");
+        return -1;
+    }
+    const int split = sh.auto_split;
+    step_caps caps = {(size_t)T, (size_t)L, (size_t)ns, (size_t)(split ? sh.n_items_split : sh.n_items_tile),
+                      (size_t)ns * (size_t)mp};
+    step_layout lay = step_layout_of(&caps);
+    if (step_staging_fit(&c->stage, lay.end) || step_staging_wait(&c->stage))
+        return cuda_error(b, "step staging");
+    step_arrays hs = step_arrays_at(c->stage.host, &lay), ds = step_arrays_at(c->stage.dev, &lay);
+    memcpy(hs.tokens, batch->tokens, sizeof(int32_t) * (size_t)T);
+    memcpy(hs.pos, batch->pos, sizeof(int32_t) * (size_t)T);
+    memcpy(hs.slot, h->slot, sizeof(int32_t) * (size_t)T);
+    memcpy(hs.logit_rows, batch->logit_rows, sizeof(int32_t) * (size_t)L);
+    memcpy(hs.ctx_len, h->ctx_len, sizeof(int32_t) * (size_t)ns);
+    for (int s = 0; s < ns; s++) {
+        const int32_t *bt = batch->block_tables[h->q_start[s]];
+        int pages = (h->ctx_len[s] + KV_BLOCK - 1) / KV_BLOCK;
+        for (int p = 0; p < mp; p++) hs.btab[(size_t)s * mp + p] = p < pages ? bt[p] : 0;
+    }
+    invar_cuda_attn_fill(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,
+                         split ? NULL : hs.items, split ? hs.items : NULL, hs.tok_pos, hs.tok_pbase);
+    if (step_staging_upload(&c->stage, 0, lay.end) || step_staging_uploaded(&c->stage))
+        return cuda_error(b, "batch upload");
+    invar_cuda_attn_launch at = {
+        .items = ds.items, .grid = split ? sh.n_items_split : sh.n_items_tile, .counts = NULL, .max_pages = mp,
+        .split = split, .rows_max = sh.rows_max, .n_tokens = sh.n_tokens, .n_heads = (int)cf->n_head,
+        .n_kv_heads = (int)cf->n_head_kv, .head_dim = (int)cf->head_dim, .ctx_len = ds.ctx_len,
+        .tok_pos = ds.tok_pos, .tok_pbase = ds.tok_pbase, .block_table = ds.btab, .ws = NULL};
+    if (split) {
+        size_t need = invar_cuda_attn_ws_bytes(sh.n_partials, (int)cf->n_head, (int)cf->head_dim);
+        if (need > c->attn_ws_bytes) {
+            cudaStreamSynchronize(stream_of(c)); /* earlier steps may still read the old one */
+            cudaFree(c->attn_ws);
+            c->attn_ws_bytes = 0;
+            if (cudaMalloc((void **)&c->attn_ws, need + need / 4) != cudaSuccess) {
+                c->attn_ws = NULL;
+                return cuda_error(b, "attention workspace");
+            }
+            c->attn_ws_bytes = need + need / 4;
+        }
+        at.ws = c->attn_ws;
+    }
+    if (cuda_run(c, c->ctx, kv, &ds, T, L, &at)) return cuda_fail(b, "forward");
     return 0;
 }
 
 static int cuda_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
     cuda_backend *c = cu(b);
-    const model_config *cf = &b->m->cfg;
-    const int64_t T = batch->n_tokens;
     b->n_logits = 0;
     if (check_batch(b, batch)) {
         snprintf(b->error, sizeof b->error, "forward pass rejected its batch");
         return -1;
     }
-    int ns, mp;
-    if (describe_batch(c, batch, &ns, &mp)) {
-        snprintf(b->error, sizeof b->error, "cuda: out of memory for block tables");
-        return -1;
-    }
-    const cuda_bufs *d = &c->d;
-    if (to_dev(d->tokens, batch->tokens, sizeof(int32_t) * (size_t)T) ||
-        to_dev(d->pos, batch->pos, sizeof(int32_t) * (size_t)T) ||
-        to_dev(d->slot, c->h.slot, sizeof(int32_t) * (size_t)T) ||
-        to_dev(d->logit_rows, batch->logit_rows, sizeof(int32_t) * (size_t)batch->n_logits) ||
-        to_dev(d->btab, c->h.btab, sizeof(int32_t) * (size_t)ns * (size_t)mp)) {
-        snprintf(b->error, sizeof b->error, "cuda: batch upload failed");
-        return -1;
-    }
-    invar_cuda_attn_plan *plan = NULL;
-    if (invar_cuda_attn_plan_create(c->ctx, &plan, ns, c->h.q_start, c->h.q_len, c->h.ctx_len, (int)cf->n_head,
-                                    (int)cf->n_head_kv, (int)cf->head_dim, mp))
-        return fail(b, "attention plan");
-    int rc = 0;
-    if (invar_cuda_embed(c->ctx, c->w.embd, d->tokens, d->x, (int)T, (int)c->D, (int)cf->n_vocab) ||
-        invar_cuda_rmsnorm(c->ctx, NULL, d->x, c->w.layers[0].attn_norm, d->xn, (int)T, (int)c->D, cf->rms_eps))
-        rc = fail(b, "embedding");
-    for (int64_t il = 0; rc == 0 && il < cf->n_layer; il++) rc = layer(c, kv, il, T, plan);
-    invar_cuda_attn_plan_free(plan);
-    if (rc) return rc;
-    if (batch->n_logits > 0) {
-        /* The normed rows whose logits are wanted, gathered (the embedding kernel is a row
-         * gather), then the output head. */
-        if (invar_cuda_embed(c->ctx, d->xn, d->logit_rows, d->hid, (int)batch->n_logits, (int)c->D, (int)T))
-            return fail(b, "logit rows");
-        if (gemm(c, d->hid, c->w.out, d->logits, INVAR_CUDA_F32, batch->n_logits, c->vocab_pad, c->D))
-            return fail(b, "output gemm");
-    }
-    if (cudaDeviceSynchronize() != cudaSuccess) {
-        snprintf(b->error, sizeof b->error, "cuda: forward failed: %s", cudaGetErrorString(cudaGetLastError()));
-        return -1;
-    }
+    int mp;
+    int ns = describe_batch(c, batch, &mp);
+    int rc = cuda_graphs_step(c, kv, batch, ns, mp);
+    if (rc == 0) rc = eager_step(c, kv, batch, ns, mp) ? -1 : 1;
+    if (rc < 0) return -1;
+    /* Launch errors show here; faults inside kernels at the next wait (row statistics). */
+    if (cudaPeekAtLastError() != cudaSuccess) return cuda_error(b, "forward");
     b->n_logits = batch->n_logits;
     return 0;
 }
 
-
 /* Row statistics of rows first.. of the last forward; tok_in (host, or NULL for the argmax)
- * picks whose logprob comes back. */
+ * picks whose logprob comes back. One upload, one kernel, one download, one wait. */
 static int stats(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_in) {
     const cuda_bufs *d = &c->d;
     const int V = (int)c->base.m->cfg.n_vocab;
-    if (tok_in && to_dev(d->tok_in, tok_in, sizeof(int32_t) * (size_t)n)) return -1;
-    const float *rows = d->logits + (size_t)first * (size_t)c->vocab_pad;
-    if (invar_cuda_row_stats(c->ctx, rows, (int)c->vocab_pad, V, (int)n, tok_in ? d->tok_in : NULL, d->argmax, d->lse,
-                             d->lp))
-        return fail(&c->base, "row stats");
-    if (cudaMemcpy(c->h.argmax, d->argmax, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(c->h.lse, d->lse, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemcpy(c->h.lp, d->lp, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        snprintf(c->base.error, sizeof c->base.error, "cuda: reading row statistics failed");
-        return -1;
+    const size_t L = (size_t)c->base.opts.max_logits;
+    if (tok_in) {
+        memcpy(c->h.tok_in, tok_in, sizeof(int32_t) * (size_t)n);
+        if (cudaMemcpyAsync(d->tok_in, c->h.tok_in, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice,
+                            stream_of(c)) != cudaSuccess)
+            return cuda_error(&c->base, "token upload");
     }
+    const float *rows = d->logits + (size_t)first * (size_t)c->vocab_pad;
+    if (invar_cuda_row_stats(c->ctx, rows, (int)c->vocab_pad, V, (int)n, tok_in ? d->tok_in : NULL, d->stats,
+                             (float *)d->stats + L, (float *)d->stats + 2 * L))
+        return cuda_fail(&c->base, "row stats");
+    if (cudaMemcpyAsync(c->h.stats, d->stats, sizeof(int32_t) * 3 * L, cudaMemcpyDeviceToHost, stream_of(c)) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(stream_of(c)) != cudaSuccess)
+        return cuda_error(&c->base, "step");
     return 0;
 }
 
 static int read_row(cuda_backend *c, int64_t i, float *out) {
     const size_t V = (size_t)c->base.m->cfg.n_vocab;
-    if (cudaMemcpy(out, c->d.logits + (size_t)i * (size_t)c->vocab_pad, sizeof(float) * V, cudaMemcpyDeviceToHost) !=
-        cudaSuccess) {
-        snprintf(c->base.error, sizeof c->base.error, "cuda: reading logits failed");
-        return -1;
-    }
+    if (cudaMemcpyAsync(c->h.row, c->d.logits + (size_t)i * (size_t)c->vocab_pad, sizeof(float) * V,
+                        cudaMemcpyDeviceToHost, stream_of(c)) != cudaSuccess ||
+        cudaStreamSynchronize(stream_of(c)) != cudaSuccess)
+        return cuda_error(&c->base, "reading logits");
+    if (out != c->h.row) memcpy(out, c->h.row, sizeof(float) * V);
     return 0;
 }
 
@@ -318,15 +358,17 @@ static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_toke
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
     if (stats(c, 0, n, NULL)) return -1;
-    const int64_t V = b->m->cfg.n_vocab;
+    const int64_t V = b->m->cfg.n_vocab, L = b->opts.max_logits;
+    const int32_t *argmax = c->h.stats;
+    const float *lse = (const float *)c->h.stats + L, *lp = (const float *)c->h.stats + 2 * L;
     for (int64_t i = 0; i < n; i++) {
         const invar_sampling *s = rows[i].s;
         if (s->temperature == 0.0f && s->top_logprobs == 0) {
-            out[i] = (invar_token_info){.token = c->h.argmax[i], .logprob = c->h.lp[i], .n_top = 0};
+            out[i] = (invar_token_info){.token = argmax[i], .logprob = lp[i], .n_top = 0};
             continue;
         }
         if (read_row(c, i, c->h.row)) return -1;
-        sampler_choose_lse(c->h.row, V, s, rows[i].position, c->h.lse[i], &out[i], c->h.work_idx, c->h.work_p);
+        sampler_choose_lse(c->h.row, V, s, rows[i].position, lse[i], &out[i], c->h.work_idx, c->h.work_p);
     }
     return 0;
 }
@@ -336,7 +378,7 @@ static int cuda_token_logprobs(backend *b, int64_t first, int64_t n, const int32
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
     if (stats(c, first, n, tokens)) return -1;
-    memcpy(out, c->h.lp, sizeof(float) * (size_t)n);
+    memcpy(out, (const float *)c->h.stats + 2 * b->opts.max_logits, sizeof(float) * (size_t)n);
     return 0;
 }
 
@@ -375,10 +417,7 @@ static int alloc_all(cuda_backend *c) {
         {(void **)&d->o, 2 * T * (size_t)c->D},       {(void **)&d->gu, 4 * T * (size_t)c->F},
         {(void **)&d->h, 2 * T * (size_t)c->F},       {(void **)&d->hid, 2 * L * (size_t)c->D},
         {(void **)&d->qkv, 4 * T * (size_t)c->wqkv}, {(void **)&d->logits, 4 * L * (size_t)c->vocab_pad},
-        {(void **)&d->tokens, 4 * T},                 {(void **)&d->pos, 4 * T},
-        {(void **)&d->slot, 4 * T},                   {(void **)&d->logit_rows, 4 * L},
-        {(void **)&d->tok_in, 4 * L},                 {(void **)&d->argmax, 4 * L},
-        {(void **)&d->lse, 4 * L},                    {(void **)&d->lp, 4 * L}};
+        {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L}};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         if (cudaMalloc(a[i].p, a[i].bytes) != cudaSuccess) {
             *a[i].p = NULL;
@@ -386,18 +425,17 @@ static int alloc_all(cuda_backend *c) {
         }
     host_bufs *h = &c->h;
     const size_t V = (size_t)cf->n_vocab;
-    h->slot = malloc(4 * T);
     h->q_start = malloc(4 * T);
     h->q_len = malloc(4 * T);
     h->ctx_len = malloc(4 * T);
-    h->argmax = malloc(4 * L);
-    h->lse = malloc(4 * L);
-    h->lp = malloc(4 * L);
-    h->row = malloc(4 * V);
+    h->slot = malloc(4 * T);
     h->work_idx = malloc(4 * V);
     h->work_p = malloc(4 * V);
-    return h->slot && h->q_start && h->q_len && h->ctx_len && h->argmax && h->lse && h->lp && h->row &&
-                   h->work_idx && h->work_p
+    if (cudaMallocHost((void **)&h->stats, 12 * L) != cudaSuccess) h->stats = NULL;
+    if (cudaMallocHost((void **)&h->tok_in, 4 * L) != cudaSuccess) h->tok_in = NULL;
+    if (cudaMallocHost((void **)&h->row, 4 * V) != cudaSuccess) h->row = NULL;
+    return h->q_start && h->q_len && h->ctx_len && h->slot && h->work_idx && h->work_p && h->stats && h->tok_in &&
+                   h->row
                ? 0
                : -1;
 }
@@ -422,6 +460,14 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
         cuda_destroy(&c->base);
         return -1;
     }
+    cudaStream_t st;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+        step_staging_init(&c->stage, (c->stream = st))) {
+        snprintf(err, errlen, "cuda: cannot create a stream: %s", cudaGetErrorString(cudaGetLastError()));
+        cuda_destroy(&c->base);
+        return -1;
+    }
+    invar_cuda_set_stream(c->ctx, st);
     size_t free_b = 0, total = 0, need = cuda_weights_bytes(m, c->vocab_pad);
     cudaMemGetInfo(&free_b, &total);
     if (need + ((size_t)512 << 20) > free_b) {

@@ -17,7 +17,7 @@ const char *cli_model_path(const char *opt);
 invar_model *cli_load_model(const char *opt_path);
 
 /* Engine options shared by every command that generates: handles --threads, --max-batch,
- * --max-batch-tokens, --n-ctx, --kv-mem-mb, --device, --cuda-device, --cuda-gemm; returns 1 if it consumed the option, 0 if
+ * --max-batch-tokens, --n-ctx, --kv-mem-mb, --device, --cuda-device, --cuda-gemm, --cuda-graphs; returns 1 if it consumed the option, 0 if
  * not one of these, -1 on a bad value. */
 int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
 #define CLI_ENGINE_HELP \
@@ -29,7 +29,9 @@ int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
     "  --device cpu|cuda      where the model runs (default cpu; cuda: an sm_90 GPU, weights as bf16)\n" \
     "  --cuda-device N        GPU ordinal (default 0)\n" \
     "  --cuda-gemm invariant|cublas  cublas: faster GEMMs that are NOT batch-invariant (to measure\n" \
-    "                         the cost of invariance; default invariant)\n"
+    "                         the cost of invariance; default invariant)\n" \
+    "  --cuda-graphs on|off   decode steps replay CUDA graphs captured at start-up (default on;\n" \
+    "                         off runs them eagerly, with the same bits)\n"
 
 bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool parse_f32(const char *s, float *out);

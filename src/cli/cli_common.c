@@ -73,7 +73,7 @@ bool parse_f32(const char *s, float *out) {
     return true;
 }
 
-/* --device cpu|cuda and --cuda-gemm invariant|cublas. */
+/* --device cpu|cuda, --cuda-gemm invariant|cublas and --cuda-graphs on|off. */
 static int device_opt(invar_engine_config *c, const char *name, const char *val) {
     if (!strcmp(name, "device")) {
         if (val && !strcmp(val, "cpu")) c->device = INVAR_DEVICE_CPU;
@@ -85,6 +85,12 @@ static int device_opt(invar_engine_config *c, const char *name, const char *val)
         if (val && !strcmp(val, "invariant")) c->cuda_gemm_cublas = false;
         else if (val && !strcmp(val, "cublas")) c->cuda_gemm_cublas = true;
         else return fprintf(stderr, "invar: --cuda-gemm needs invariant or cublas\n"), -1;
+        return 1;
+    }
+    if (!strcmp(name, "cuda-graphs")) {
+        if (val && !strcmp(val, "on")) c->cuda_no_graphs = false;
+        else if (val && !strcmp(val, "off")) c->cuda_no_graphs = true;
+        else return fprintf(stderr, "invar: --cuda-graphs needs on or off\n"), -1;
         return 1;
     }
     return 0;

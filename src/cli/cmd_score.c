@@ -49,7 +49,8 @@ int cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--prompt-ids")) ids_opt[0] = v;
         else if (!strcmp(a, "--continuation-ids")) ids_opt[1] = v;
         else if (!strcmp(a, "--threads") && parse_i64(v, 1, 256, &threads)) {}
-        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device") || !strcmp(a, "--cuda-gemm")) {
+        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device") || !strcmp(a, "--cuda-gemm") ||
+                 !strcmp(a, "--cuda-graphs")) {
             if (cli_engine_opt(&cfg, a + 2, v) < 0) return EXIT_USAGE;
         } else { fprintf(stderr, "invar score: bad option '%s'\n", a); return EXIT_USAGE; }
     }

@@ -137,6 +137,7 @@ int cmd_serve(int argc, char **argv) {
         free(name);
         return EXIT_USAGE;
     }
+    if (*invar_engine_device_info(s.engine)) fprintf(stderr, "invar serve: %s\n", invar_engine_device_info(s.engine));
     s.n_ctx = cfg.n_ctx > 0 && cfg.n_ctx < invar_model_n_ctx(m) ? cfg.n_ctx : invar_model_n_ctx(m);
     int rc = EXIT_IO;
     bool engine_up = false, guard_up = false;

@@ -92,7 +92,7 @@ struct invar_engine {
 void invar_engine_config_default(invar_engine_config *c) {
     *c = (invar_engine_config){.n_threads = 0, .max_batch = 16, .max_batch_tokens = 512, .n_ctx = 0,
                                .kv_mem_mb = 1024, .kv_blocks = 0, .no_prefix_cache = false,
-                               .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false};
+                               .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false, .cuda_no_graphs = false};
 }
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); invar_engine_free(e); return -1; } while (0)
@@ -127,7 +127,8 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (max_logits > cfg.max_batch_tokens) max_logits = cfg.max_batch_tokens;
     e->max_logits = max_logits;
     backend_opts bo = {.n_threads = cfg.n_threads, .max_tokens = cfg.max_batch_tokens, .max_logits = max_logits,
-                       .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas};
+                       .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas,
+                       .cuda_graphs = !cfg.cuda_no_graphs};
     char berr[200];
     if (backend_create(cfg.device, im->m, &bo, &e->be, berr, sizeof berr)) FAIL("%s", berr);
     int64_t n_blocks = cfg.kv_blocks > 0
@@ -253,6 +254,7 @@ void invar_engine_set_callback(invar_engine *e, invar_token_cb cb, void *user) {
 }
 
 const char *invar_engine_error(const invar_engine *e) { return e->error; }
+const char *invar_engine_device_info(const invar_engine *e) { return e->be->info; }
 
 static int64_t blocks_for(int64_t n_tokens) { return (n_tokens + KV_BLOCK - 1) / KV_BLOCK; }
 

@@ -51,9 +51,10 @@ static int32_t *random_ids(int64_t n) {
 #define CTX 1024
 #define STEPS 24
 #define PREFILL_STEPS_MAX (MAX_B * CTX / 8192 + 1)
-static invar_engine *make_engine(void) {
+static invar_engine *make_engine(bool graphs) {
     invar_engine_config c;
     invar_engine_config_default(&c);
+    c.cuda_no_graphs = !graphs;
     c.device = INVAR_DEVICE_CUDA;
     c.n_threads = 8;
     c.max_batch = MAX_B;
@@ -164,8 +165,9 @@ int main(int argc, char **argv) {
     fprintf(f, "{\"model\":\"%s\",\"copy_GBps\":%.1f", argv[1], bw / 1e9);
     static const int Ts[] = {512, 2048, 8192}, Bs[] = {1, 8, 32, 128, 256};
     double t0 = now();
-    invar_engine *e = make_engine();
-    printf("engine created (weights uploaded) in %.1f s\n", now() - t0);
+    invar_engine *e = make_engine(true);
+    printf("engine created (weights uploaded) in %.1f s\n%s\n", now() - t0, invar_engine_device_info(e));
+    fprintf(f, ",\"device_info\":\"%s\"", invar_engine_device_info(e));
     for (int mode = 0; mode < 2; mode++) {
         const char *tag = mode ? "cublas" : "invariant";
         if (invar_engine_testing_set_cuda_gemm(e, mode)) return 1; /* 0 invariant, 1 cuBLAS */
@@ -184,7 +186,18 @@ int main(int argc, char **argv) {
         }
         fprintf(f, "}");
     }
-    fprintf(f, "}\n");
+    invar_engine_free(e);
+    /* Decode without graphs: what the captured graphs save at small batches. */
+    e = make_engine(false);
+    fprintf(f, ",\"invariant_eager\":{");
+    for (int i = 0; i < 3; i++) {
+        double v = decode_tok_s(e, Bs[i], CTX);
+        printf("%-9s decode  B=%-5d %8.0f tok/s  (%.2f ms/step, graphs off)\n", "invariant", Bs[i], v,
+               1e3 * Bs[i] / v);
+        fprintf(f, "%s\"decode_B%d_tok_s\":%.1f", i ? "," : "", Bs[i], v);
+        fflush(stdout);
+    }
+    fprintf(f, "}}\n");
     fclose(f);
     invar_engine_free(e);
     invar_model_free(g_model);

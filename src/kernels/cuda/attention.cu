@@ -21,22 +21,11 @@
 static_assert(SPLIT == ATT_THREADS, "one split slot per thread in the score pass");
 static_assert(SPLIT % PAGE == 0, "splits start on page boundaries");
 
-struct attn_item {
-    int seq;
-    int tok0;      /* first query row of the tile in q / out */
-    int ntok;
-    int pos0;      /* position of tok0 */
-    int chunk;     /* split to do, or -1: all splits of the tile, folded in the CTA */
-};
-
 struct invar_cuda_attn_plan {
-    int n_seqs, n_tokens, n_heads, n_kv_heads, head_dim, max_pages;
-    int n_items_tile, n_items_split;
-    int rmax;                  /* query rows of the largest tile */
+    invar_cuda_attn_shape sh;
+    int n_seqs, n_heads, n_kv_heads, head_dim, max_pages;
     int force;                 /* -1 auto, 0, 1 */
-    int auto_split;
-    size_t n_partials;         /* sum over tokens of their split count */
-    struct attn_item *d_items_tile, *d_items_split;
+    invar_cuda_attn_item *d_items_tile, *d_items_split;
     int32_t *d_ctx_len;        /* [n_seqs] */
     int32_t *d_tok_pos;        /* [n_tokens] */
     int32_t *d_tok_pbase;      /* [n_tokens] first partial of the token */
@@ -97,6 +86,110 @@ static void *to_dev(const void *h, size_t bytes)
     return d;
 }
 
+/* ---- work lists ---- */
+
+extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const int32_t *q_len,
+                                       const int32_t *ctx_len, int n_heads, int n_kv_heads, int head_dim,
+                                       int max_pages, int sm_count, invar_cuda_attn_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    if ((head_dim != 64 && head_dim != 128) || n_kv_heads <= 0 || n_heads % n_kv_heads || n_seqs <= 0 ||
+        n_heads / n_kv_heads > ATT_MAX_ROWS)
+        return INVAR_CUDA_EARG;
+    const int G = n_heads / n_kv_heads, qt = ATT_MAX_ROWS / G; /* tokens per CTA tile */
+    int T = 0, maxtok = 1;
+    size_t ni_tile = 0, ni_split = 0, np = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (q_len[s] < 0 || q_start[s] < 0 || ctx_len[s] < q_len[s] || ctx_len[s] > max_pages * PAGE)
+            return INVAR_CUDA_EARG;
+        if (q_start[s] + q_len[s] > T) T = q_start[s] + q_len[s];
+        if (q_len[s] > maxtok) maxtok = q_len[s] < qt ? q_len[s] : qt;
+        ni_tile += (size_t)((q_len[s] + qt - 1) / qt);
+        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
+            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
+            ni_split += (size_t)((ctx_len[s] - q_len[s] + t0 + n - 1) / SPLIT + 1);
+        }
+        for (int j = 0; j < q_len[s]; j++) np += (size_t)((ctx_len[s] - q_len[s] + j) / SPLIT + 1);
+    }
+    if (ni_split > (size_t)INT32_MAX) return INVAR_CUDA_EARG;
+    out->n_tokens = T;
+    out->n_items_tile = (int)ni_tile;
+    out->n_items_split = (int)ni_split;
+    out->n_partials = np;
+    out->rows_max = maxtok * G;
+    /* Split the KV over CTAs only when whole tiles would leave most of the chip idle. */
+    out->auto_split = (long)ni_tile * n_kv_heads < 4L * sm_count && ni_split > ni_tile;
+    return 0;
+}
+
+extern "C" void invar_cuda_attn_fill(int n_seqs, const int32_t *q_start, const int32_t *q_len,
+                                     const int32_t *ctx_len, int n_heads, int n_kv_heads,
+                                     invar_cuda_attn_item *items_tile, invar_cuda_attn_item *items_split,
+                                     int32_t *tok_pos, int32_t *tok_pbase)
+{
+    const int qt = ATT_MAX_ROWS / (n_heads / n_kv_heads);
+    size_t a = 0, b = 0;
+    int T = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
+            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
+            invar_cuda_attn_item w = {s, q_start[s] + t0, n, ctx_len[s] - q_len[s] + t0, -1};
+            if (items_tile) items_tile[a++] = w;
+            int lastp = w.pos0 + n - 1;
+            for (int c = 0; items_split && c <= lastp / SPLIT; c++) {
+                w.chunk = c;
+                items_split[b++] = w;
+            }
+        }
+        for (int j = 0; j < q_len[s]; j++) tok_pos[q_start[s] + j] = ctx_len[s] - q_len[s] + j;
+        if (q_start[s] + q_len[s] > T) T = q_start[s] + q_len[s];
+    }
+    int32_t np = 0;
+    for (int t = 0; t < T; t++) {
+        tok_pbase[t] = np;
+        np += tok_pos[t] / SPLIT + 1;
+    }
+}
+
+extern "C" size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int head_dim)
+{
+    return n_partials * (size_t)n_heads * (size_t)(head_dim + 4) * sizeof(float);
+}
+
+typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
+                               const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
+                               int, float, int, const int32_t *);
+typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int);
+
+extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a,
+                                           const uint16_t *q, const uint16_t *k_cache,
+                                           const uint16_t *v_cache, uint16_t *out, float scale)
+{
+    const int hd = a->head_dim;
+    if ((hd != 64 && hd != 128) || a->rows_max <= 0 || a->rows_max > ATT_MAX_ROWS || a->grid < 0 ||
+        (a->split && !a->ws))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
+    attn_kernel_fn kern = hd == 128 ? attn_kernel_hd128 : attn_kernel_hd64;
+    attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
+    size_t smem = sizeof(float) * ((size_t)a->rows_max * (2 * hd + SPLIT + 4)) + (size_t)SPLIT * hd * 2;
+    if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                         "attn smem attribute"))
+        return INVAR_CUDA_ECUDA;
+    if (a->n_tokens == 0 || a->grid == 0) return 0;
+    dim3 grid(a->grid, a->n_kv_heads);
+    kern<<<grid, ATT_THREADS, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                                   a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                                   a->n_kv_heads, a->max_pages, scale, a->rows_max, a->counts);
+    if (a->split) {
+        size_t warps = (size_t)a->n_tokens * a->n_heads;
+        merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
+                                                                             a->n_tokens, a->n_heads);
+    }
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
+}
+
+/* ---- plans: the work lists in device memory of their own (kernel tests, benchmarks) ---- */
+
 extern "C" void invar_cuda_attn_plan_free(invar_cuda_attn_plan *p)
 {
     if (!p) return;
@@ -114,69 +207,29 @@ extern "C" int invar_cuda_attn_plan_create(invar_cuda_ctx *ctx, invar_cuda_attn_
                                            int head_dim, int max_pages)
 {
     *out = NULL;
-    if ((head_dim != 64 && head_dim != 128) || n_kv_heads <= 0 || n_heads % n_kv_heads || n_seqs <= 0 ||
-        n_heads / n_kv_heads > ATT_MAX_ROWS)
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attn plan: unsupported heads/head_dim");
-    int G = n_heads / n_kv_heads;
-    int qt = ATT_MAX_ROWS / G; /* tokens per CTA tile */
-    int T = 0, ni_tile = 0, maxtok = 1;
-    size_t ni_split = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        if (q_len[s] < 0 || ctx_len[s] < q_len[s] || ctx_len[s] > max_pages * PAGE)
-            return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attn plan: bad lengths for seq %d", s);
-        if (q_start[s] + q_len[s] > T) T = q_start[s] + q_len[s];
-        int tiles = (q_len[s] + qt - 1) / qt;
-        if (q_len[s] > maxtok) maxtok = q_len[s] < qt ? q_len[s] : qt;
-        ni_tile += tiles;
-        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
-            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
-            int lastp = ctx_len[s] - q_len[s] + t0 + n - 1;
-            ni_split += (size_t)(lastp / SPLIT + 1);
-        }
-    }
+    invar_cuda_attn_shape sh;
+    if (invar_cuda_attn_measure(n_seqs, q_start, q_len, ctx_len, n_heads, n_kv_heads, head_dim, max_pages,
+                                ctx->sm_count, &sh))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attn plan: unsupported heads/head_dim or bad lengths");
+    const int T = sh.n_tokens;
     invar_cuda_attn_plan *p = (invar_cuda_attn_plan *)calloc(1, sizeof *p);
-    struct attn_item *it_t = (struct attn_item *)malloc(sizeof *it_t * (ni_tile + 1));
-    struct attn_item *it_s = (struct attn_item *)malloc(sizeof *it_s * (ni_split + 1));
+    invar_cuda_attn_item *it_t = (invar_cuda_attn_item *)malloc(sizeof *it_t * ((size_t)sh.n_items_tile + 1));
+    invar_cuda_attn_item *it_s = (invar_cuda_attn_item *)malloc(sizeof *it_s * ((size_t)sh.n_items_split + 1));
     int32_t *pos = (int32_t *)calloc((size_t)T + 1, 4), *pbase = (int32_t *)calloc((size_t)T + 1, 4);
     if (!p || !it_t || !it_s || !pos || !pbase) {
         free(p); free(it_t); free(it_s); free(pos); free(pbase);
         return invar_cuda_fail(ctx, INVAR_CUDA_ENOMEM, "attn plan: out of host memory");
     }
-    int a = 0;
-    size_t b = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
-            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
-            struct attn_item w = {s, q_start[s] + t0, n, ctx_len[s] - q_len[s] + t0, -1};
-            it_t[a++] = w;
-            int lastp = w.pos0 + n - 1;
-            for (int c = 0; c <= lastp / SPLIT; c++) {
-                w.chunk = c;
-                it_s[b++] = w;
-            }
-        }
-        for (int j = 0; j < q_len[s]; j++) pos[q_start[s] + j] = ctx_len[s] - q_len[s] + j;
-    }
-    size_t np = 0;
-    for (int t = 0; t < T; t++) {
-        pbase[t] = (int32_t)np;
-        np += (size_t)(pos[t] / SPLIT + 1);
-    }
+    invar_cuda_attn_fill(n_seqs, q_start, q_len, ctx_len, n_heads, n_kv_heads, it_t, it_s, pos, pbase);
+    p->sh = sh;
     p->n_seqs = n_seqs;
-    p->n_tokens = T;
     p->n_heads = n_heads;
     p->n_kv_heads = n_kv_heads;
     p->head_dim = head_dim;
     p->max_pages = max_pages;
-    p->n_items_tile = ni_tile;
-    p->n_items_split = (int)ni_split;
-    p->n_partials = np;
-    p->rmax = maxtok * G;
     p->force = -1;
-    /* Split the KV over CTAs only when whole tiles would leave most of the chip idle. */
-    p->auto_split = (long)ni_tile * n_kv_heads < 4L * ctx->sm_count && ni_split > (size_t)ni_tile;
-    p->d_items_tile = (struct attn_item *)to_dev(it_t, sizeof *it_t * ni_tile);
-    p->d_items_split = (struct attn_item *)to_dev(it_s, sizeof *it_s * ni_split);
+    p->d_items_tile = (invar_cuda_attn_item *)to_dev(it_t, sizeof *it_t * sh.n_items_tile);
+    p->d_items_split = (invar_cuda_attn_item *)to_dev(it_s, sizeof *it_s * sh.n_items_split);
     p->d_ctx_len = (int32_t *)to_dev(ctx_len, 4 * (size_t)n_seqs);
     p->d_tok_pos = (int32_t *)to_dev(pos, 4 * (size_t)T);
     p->d_tok_pbase = (int32_t *)to_dev(pbase, 4 * (size_t)T);
@@ -191,7 +244,7 @@ extern "C" int invar_cuda_attn_plan_create(invar_cuda_ctx *ctx, invar_cuda_attn_
 
 extern "C" int invar_cuda_attn_plan_split(const invar_cuda_attn_plan *p)
 {
-    return p->force >= 0 ? p->force : p->auto_split;
+    return p->force >= 0 ? p->force : p->sh.auto_split;
 }
 
 extern "C" void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *p, int force)
@@ -199,41 +252,32 @@ extern "C" void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *p, int fo
     p->force = force < 0 ? -1 : (force ? 1 : 0);
 }
 
-typedef void (*attn_kernel_fn)(const struct attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
-                               const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
-                               int, float, int);
-typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int);
-
 extern "C" int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *p,
                                     const uint16_t *q, const uint16_t *k_cache,
                                     const uint16_t *v_cache, const int32_t *block_table,
                                     uint16_t *out, float scale)
 {
-    const int hd = p->head_dim;
-    attn_kernel_fn kern = hd == 128 ? attn_kernel_hd128 : attn_kernel_hd64;
-    attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
-    int split = invar_cuda_attn_plan_split(p);
-    size_t smem = sizeof(float) * ((size_t)p->rmax * (2 * hd + SPLIT + 4)) + (size_t)SPLIT * hd * 2;
-    if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                         "attn smem attribute"))
-        return INVAR_CUDA_ECUDA;
-    if (p->n_tokens == 0) return 0;
-    if (split) {
-        size_t need = p->n_partials * p->n_heads * (hd + 4) * sizeof(float);
+    const int split = invar_cuda_attn_plan_split(p);
+    invar_cuda_attn_launch a = {};
+    a.items = split ? p->d_items_split : p->d_items_tile;
+    a.grid = split ? p->sh.n_items_split : p->sh.n_items_tile;
+    a.counts = NULL;
+    a.max_pages = p->max_pages;
+    a.split = split;
+    a.rows_max = p->sh.rows_max;
+    a.n_tokens = p->sh.n_tokens;
+    a.n_heads = p->n_heads;
+    a.n_kv_heads = p->n_kv_heads;
+    a.head_dim = p->head_dim;
+    a.ctx_len = p->d_ctx_len;
+    a.tok_pos = p->d_tok_pos;
+    a.tok_pbase = p->d_tok_pbase;
+    a.block_table = block_table;
+    if (split && p->sh.n_tokens) {
+        size_t need = invar_cuda_attn_ws_bytes(p->sh.n_partials, p->n_heads, p->head_dim);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->attn_ws, &ctx->attn_ws_bytes, need, 0);
         if (rc) return rc;
-        dim3 grid(p->n_items_split, p->n_kv_heads);
-        kern<<<grid, ATT_THREADS, smem, ctx->stream>>>(
-            p->d_items_split, q, k_cache, v_cache, block_table, p->d_ctx_len, p->d_tok_pbase, out,
-            ctx->attn_ws, p->n_heads, p->n_kv_heads, p->max_pages, scale, p->rmax);
-        size_t warps = (size_t)p->n_tokens * p->n_heads;
-        merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
-            ctx->attn_ws, p->d_tok_pos, p->d_tok_pbase, out, p->n_tokens, p->n_heads);
-    } else {
-        dim3 grid(p->n_items_tile, p->n_kv_heads);
-        kern<<<grid, ATT_THREADS, smem, ctx->stream>>>(
-            p->d_items_tile, q, k_cache, v_cache, block_table, p->d_ctx_len, p->d_tok_pbase, out,
-            NULL, p->n_heads, p->n_kv_heads, p->max_pages, scale, p->rmax);
+        a.ws = ctx->attn_ws;
     }
-    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
+    return invar_cuda_attention_launch(ctx, &a, q, k_cache, v_cache, out, scale);
 }

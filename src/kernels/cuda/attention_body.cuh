@@ -34,15 +34,15 @@ static __device__ __forceinline__ void AT(pv_rows)(float (*oc)[4], const float *
     }
 }
 
-__global__ void __launch_bounds__(ATT_THREADS, 2)
-AT(attn_kernel)(const struct attn_item *__restrict__ items, const uint16_t *__restrict__ q,
+/* One work item: a tile of query rows (all of a KV head's query heads for ntok consecutive
+ * tokens of one sequence) against one split (chunk >= 0) or all of its splits (chunk < 0). */
+static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item it, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int rmax)
 {
     extern __shared__ float sm[];
-    const struct attn_item it = items[blockIdx.x];
     const int kh = blockIdx.y;
     const int G = n_heads / n_kv;
     const int R = it.ntok * G;
@@ -230,6 +230,26 @@ AT(attn_kernel)(const struct attn_item *__restrict__ items, const uint16_t *__re
         float l = l_s[r];
         dst[0] = __floats2bfloat162_rn(__fdiv_rn(ov.x, l), __fdiv_rn(ov.y, l));
         dst[1] = __floats2bfloat162_rn(__fdiv_rn(ov.z, l), __fdiv_rn(ov.w, l));
+    }
+}
+
+/* counts == NULL: CTA x runs item x. Otherwise counts = {n_items, max_pages} in device
+ * memory and the CTAs stride over the items: the grid stays fixed while the work changes
+ * (a replayed CUDA graph). Either way an item is the same instruction sequence. */
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+AT(attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
+            const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+            const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
+            const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
+            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int rmax,
+            const int32_t *__restrict__ counts)
+{
+    /* The count and stride are re-read per item rather than held across it: the item body
+     * uses every register the two-CTAs-per-SM bound leaves. */
+    for (int i = blockIdx.x; i < (counts ? __ldg(counts) : (int)gridDim.x); i += gridDim.x) {
+        AT(attn_item_run)(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
+                          counts ? __ldg(counts + 1) : max_pages, scale, rmax);
+        __syncthreads(); /* the next item reuses the shared memory */
     }
 }
 

@@ -11,6 +11,7 @@ struct invar_cuda_ctx {
     size_t smem_optin;          /* max dynamic shared memory per block */
     cudaStream_t stream;
     void *cublas;               /* cublasHandle_t, created on first use */
+    void *cublas_ws;            /* its workspace: ours, so that graph capture allocates nothing */
     void *encode_tiled;         /* cuTensorMapEncodeTiled, from the driver entry point */
     float *gemm_ws;             /* split-K partials [chunk][M][N] */
     size_t gemm_ws_bytes;

@@ -7,6 +7,8 @@ void invar_cuda_cublas_destroy(invar_cuda_ctx *ctx)
 {
     if (ctx->cublas) cublasDestroy((cublasHandle_t)ctx->cublas);
     ctx->cublas = NULL;
+    cudaFree(ctx->cublas_ws);
+    ctx->cublas_ws = NULL;
 }
 
 extern "C" int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w,
@@ -17,6 +19,10 @@ extern "C" int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, co
         if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
             return invar_cuda_fail(ctx, INVAR_CUDA_ECUDA, "cublasCreate failed");
         ctx->cublas = h;
+        const size_t ws = (size_t)32 << 20;
+        if (cudaMalloc(&ctx->cublas_ws, ws) != cudaSuccess || cublasSetWorkspace(h, ctx->cublas_ws, ws) !=
+                                                                  CUBLAS_STATUS_SUCCESS)
+            return invar_cuda_fail(ctx, INVAR_CUDA_ECUDA, "cuBLAS workspace");
     }
     cublasHandle_t h = (cublasHandle_t)ctx->cublas;
     cublasSetStream(h, ctx->stream);
