@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 t0=$(date +%s)
 [ -f "$M" ] || python3 tools/make_bench_model.py --tokenizer-from "$TOKENIZER_SRC" --out "$M" || exit 1
 echo "model written in $(( $(date +%s) - t0 )) s"
-timeout 400 "$BIN/bench_engine" "$M" "$OUT/engine_bench.json" || { echo "bench_engine FAILED"; status=1; }
-PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/engine/torch_e2e.py "$OUT/torch_e2e.json" || { echo "torch FAILED"; status=1; }
+timeout 300 "$BIN/bench_engine" "$M" "$OUT/engine_bench.json" || { echo "bench_engine FAILED"; status=1; }
+PYTHONUNBUFFERED=1 timeout 150 python3 bench/cuda/engine/torch_e2e.py "$OUT/torch_e2e.json" || { echo "torch FAILED"; status=1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 exit $status
