@@ -69,6 +69,14 @@ if(INVAR_TESTS)
   set_tests_properties(test_cuda_engine PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endif()
 
+# The device sampler against the host sampler, bit for bit (no model needed).
+add_executable(test_cuda_sampler ${CMAKE_SOURCE_DIR}/tests/cuda/engine/test_cuda_sampler.c)
+target_link_libraries(test_cuda_sampler PRIVATE invar m)
+if(INVAR_TESTS)
+  add_test(NAME test_cuda_sampler COMMAND test_cuda_sampler)
+  set_tests_properties(test_cuda_sampler PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
+
 # End-to-end GPU benchmark of the engine (bench/cuda/engine/README in bench/cuda/README.md).
 add_executable(bench_engine ${CMAKE_SOURCE_DIR}/bench/cuda/engine/engine_bench.c)
 target_link_libraries(bench_engine PRIVATE invar m)

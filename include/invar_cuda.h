@@ -100,6 +100,32 @@ int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const float *tem
 int invar_cuda_row_stats(invar_cuda_ctx *ctx, const float *logits, int ld, int V, int M,
                          const int32_t *tok_in, int32_t *argmax, float *lse, float *logprob);
 
+/* ---- the engine's sampler on the device (sampler.cu) ----
+ * Row rows[k] (or k when rows is NULL) of logits (row stride ld, V columns), with its
+ * log-sum-exp lse[row], sampled with params[k] exactly as src/sampling/sampler.c's
+ * sampler_choose_lse would on the host: same token, logprob and alternatives, bit for bit.
+ * status 1: the candidate set of a truncated draw exceeds INVAR_CUDA_SAMPLE_CAP ids (the
+ * caller samples that row on the host). work: n rows of ld floats. */
+#define INVAR_CUDA_SAMPLE_CAP 8192
+#define INVAR_CUDA_SAMPLE_TOP 20
+typedef struct {
+    float temperature, top_p, min_p;
+    int32_t top_k, top_logprobs;
+    int32_t reserved;
+    uint64_t seed;
+    int64_t position;
+} invar_cuda_sample_params;
+typedef struct {
+    int32_t status, token;
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[INVAR_CUDA_SAMPLE_TOP];
+    float top_logprobs[INVAR_CUDA_SAMPLE_TOP];
+} invar_cuda_sample_out;
+int invar_cuda_sample_rows(invar_cuda_ctx *ctx, const float *logits, int ld, int V, int n, const int32_t *rows,
+                           const float *lse, const invar_cuda_sample_params *params, invar_cuda_sample_out *out,
+                           float *work);
+
 /* ---- paged attention ------------------------------------------------------------------ */
 /* KV cache: k_cache/v_cache are [n_pages][n_kv_heads][INVAR_CUDA_PAGE][head_dim] bf16.
  * Sequence s has ctx_len[s] cached positions (its new tokens included, already written with

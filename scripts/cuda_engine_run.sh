@@ -41,7 +41,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 [ -f "$MODEL" ] && sha256sum "$MODEL"
 
 if want kernels; then
-    for t in test_cuda_gemm test_cuda_rows test_cuda_attention; do step "$t" timeout 300 "$BIN/$t"; done
+    for t in test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_sampler; do step "$t" timeout 300 "$BIN/$t"; done
 fi
 
 # Generated models: every architecture, head_dim 64 and 128 (Llama-3-8B's head layout),

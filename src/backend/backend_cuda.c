@@ -8,10 +8,12 @@
  * (docs/cuda.md), so a token's logits depend only on its own sequence.
  *
  * Sampling: one kernel gives every row its log-sum-exp, argmax and greedy logprob. A greedy
- * row without alternatives is done there (a token id and a float come back); any other row's
- * logits are copied to the host and go through the engine's one sampler with that lse, so
- * temperature, top-k, top-p, min-p, seeds and alternatives mean exactly what they mean on the
- * CPU, and every logprob is sampler_logprob(logit, device lse).
+ * row without alternatives is done there (a token id and a float come back); any other row
+ * (temperature, top-k, top-p, min-p, seeds, alternatives) goes through the device copy of the
+ * engine's sampler (kernels/cuda/sampler.cu), which performs sampler_choose_lse's operations
+ * in its order with that lse: the same token, logprob and alternatives, bit for bit. A row
+ * whose truncated candidate set outgrows the device sampler's shared memory is copied to the
+ * host and sampled there by sampler_choose_lse itself.
  *
  * Traffic per step: the step's inputs go up in one copy from pinned memory (cuda_step.h),
  * the kernels run on the backend's own stream, and the one wait is for the row statistics
@@ -30,6 +32,7 @@
 #include "cuda_backend.h"
 
 _Static_assert(INVAR_CUDA_PAGE == KV_BLOCK, "the engine's KV blocks are the kernels' pages");
+_Static_assert(INVAR_CUDA_SAMPLE_TOP == INVAR_MAX_TOP_LOGPROBS, "the device sampler returns every alternative");
 
 static cuda_backend *cu(backend *b) { return (cuda_backend *)b; }
 static const backend_ops cuda_ops;
@@ -46,7 +49,8 @@ static int cuda_error(backend *b, const char *what) {
 }
 
 static void free_bufs(cuda_bufs *d) {
-    void *ps[] = {d->x, d->xn, d->q, d->attn, d->o, d->gu, d->h, d->hid, d->qkv, d->logits, d->tok_in, d->stats};
+    void *ps[] = {d->x,      d->xn,     d->q,     d->attn,    d->o,      d->gu,    d->h,     d->hid,
+                  d->qkv,    d->logits, d->tok_in, d->stats, d->srows, d->sparams, d->souts, d->swork};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
@@ -56,6 +60,9 @@ static void free_host(host_bufs *h) {
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) free(ps[i]);
     cudaFreeHost(h->stats);
     cudaFreeHost(h->tok_in);
+    cudaFreeHost(h->srows);
+    cudaFreeHost(h->sparams);
+    cudaFreeHost(h->souts);
     cudaFreeHost(h->row);
     memset(h, 0, sizeof *h);
 }
@@ -321,8 +328,8 @@ static int cuda_forward(backend *b, backend_kv *kv, const fwd_batch *batch) {
 }
 
 /* Row statistics of rows first.. of the last forward; tok_in (host, or NULL for the argmax)
- * picks whose logprob comes back. One upload, one kernel, one download, one wait. */
-static int stats(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_in) {
+ * picks whose logprob comes back. Queued, not waited for (stats_wait). */
+static int stats_launch(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_in) {
     const cuda_bufs *d = &c->d;
     const int V = (int)c->base.m->cfg.n_vocab;
     const size_t L = (size_t)c->base.opts.max_logits;
@@ -337,10 +344,18 @@ static int stats(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_i
                              (float *)d->stats + L, (float *)d->stats + 2 * L))
         return cuda_fail(&c->base, "row stats");
     if (cudaMemcpyAsync(c->h.stats, d->stats, sizeof(int32_t) * 3 * L, cudaMemcpyDeviceToHost, stream_of(c)) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(stream_of(c)) != cudaSuccess)
-        return cuda_error(&c->base, "step");
+        cudaSuccess)
+        return cuda_error(&c->base, "row stats download");
     return 0;
+}
+
+/* The one wait of a step. */
+static int step_wait(cuda_backend *c) {
+    return cudaStreamSynchronize(stream_of(c)) == cudaSuccess ? 0 : cuda_error(&c->base, "step");
+}
+
+static int stats(cuda_backend *c, int64_t first, int64_t n, const int32_t *tok_in) {
+    return stats_launch(c, first, n, tok_in) || step_wait(c) ? -1 : 0;
 }
 
 static int read_row(cuda_backend *c, int64_t i, float *out) {
@@ -353,22 +368,64 @@ static int read_row(cuda_backend *c, int64_t i, float *out) {
     return 0;
 }
 
+/* Rows that need more than the argmax go to the device sampler: their parameters go up,
+ * the sampler runs after the row statistics (it reads their lse), both come back, one wait. */
+static int sample_launch(cuda_backend *c, int64_t n, const sample_row *rows, int *n_dev) {
+    const cuda_bufs *d = &c->d;
+    host_bufs *h = &c->h;
+    int k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const invar_sampling *s = rows[i].s;
+        if (s->temperature == 0.0f && s->top_logprobs == 0) continue;
+        h->srows[k] = (int32_t)i;
+        h->sparams[k] = (invar_cuda_sample_params){.temperature = s->temperature, .top_p = s->top_p,
+                                                   .min_p = s->min_p, .top_k = s->top_k,
+                                                   .top_logprobs = s->top_logprobs, .seed = s->seed,
+                                                   .position = rows[i].position};
+        k++;
+    }
+    *n_dev = k;
+    if (k == 0) return 0;
+    const float *lse = (const float *)d->stats + c->base.opts.max_logits;
+    if (cudaMemcpyAsync(d->srows, h->srows, sizeof(int32_t) * (size_t)k, cudaMemcpyHostToDevice, stream_of(c)) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(d->sparams, h->sparams, sizeof *h->sparams * (size_t)k, cudaMemcpyHostToDevice,
+                        stream_of(c)) != cudaSuccess)
+        return cuda_error(&c->base, "sampling upload");
+    if (invar_cuda_sample_rows(c->ctx, d->logits, (int)c->vocab_pad, (int)c->base.m->cfg.n_vocab, k, d->srows, lse,
+                               d->sparams, d->souts, d->swork))
+        return cuda_fail(&c->base, "sampling");
+    if (cudaMemcpyAsync(h->souts, d->souts, sizeof *h->souts * (size_t)k, cudaMemcpyDeviceToHost, stream_of(c)) !=
+        cudaSuccess)
+        return cuda_error(&c->base, "sampling download");
+    return 0;
+}
+
 static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_token_info *out) {
     if (!backend_rows_ok(b, n)) return -1;
     if (n == 0) return 0;
     cuda_backend *c = cu(b);
-    if (stats(c, 0, n, NULL)) return -1;
+    int n_dev;
+    if (stats_launch(c, 0, n, NULL) || sample_launch(c, n, rows, &n_dev) || step_wait(c)) return -1;
     const int64_t V = b->m->cfg.n_vocab, L = b->opts.max_logits;
     const int32_t *argmax = c->h.stats;
     const float *lse = (const float *)c->h.stats + L, *lp = (const float *)c->h.stats + 2 * L;
-    for (int64_t i = 0; i < n; i++) {
-        const invar_sampling *s = rows[i].s;
-        if (s->temperature == 0.0f && s->top_logprobs == 0) {
-            out[i] = (invar_token_info){.token = argmax[i], .logprob = lp[i], .n_top = 0};
+    for (int64_t i = 0; i < n; i++) out[i] = (invar_token_info){.token = argmax[i], .logprob = lp[i], .n_top = 0};
+    for (int k = 0; k < n_dev; k++) {
+        const int64_t i = c->h.srows[k];
+        const invar_cuda_sample_out *o = &c->h.souts[k];
+        if (o->status != 0) { /* candidate set too large for the device: the host sampler */
+            if (read_row(c, i, c->h.row)) return -1;
+            sampler_choose_lse(c->h.row, V, rows[i].s, rows[i].position, lse[i], &out[i], c->h.work_idx, c->h.work_p);
             continue;
         }
-        if (read_row(c, i, c->h.row)) return -1;
-        sampler_choose_lse(c->h.row, V, s, rows[i].position, lse[i], &out[i], c->h.work_idx, c->h.work_p);
+        out[i].token = o->token;
+        out[i].logprob = o->logprob;
+        out[i].n_top = o->n_top;
+        for (int32_t r = 0; r < o->n_top; r++) {
+            out[i].top_ids[r] = o->top_ids[r];
+            out[i].top_logprobs[r] = o->top_logprobs[r];
+        }
     }
     return 0;
 }
@@ -417,7 +474,9 @@ static int alloc_all(cuda_backend *c) {
         {(void **)&d->o, 2 * T * (size_t)c->D},       {(void **)&d->gu, 4 * T * (size_t)c->F},
         {(void **)&d->h, 2 * T * (size_t)c->F},       {(void **)&d->hid, 2 * L * (size_t)c->D},
         {(void **)&d->qkv, 4 * T * (size_t)c->wqkv}, {(void **)&d->logits, 4 * L * (size_t)c->vocab_pad},
-        {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L}};
+        {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L},
+        {(void **)&d->srows, 4 * L},                  {(void **)&d->sparams, sizeof *d->sparams * L},
+        {(void **)&d->souts, sizeof *d->souts * L},   {(void **)&d->swork, 4 * L * (size_t)c->vocab_pad}};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         if (cudaMalloc(a[i].p, a[i].bytes) != cudaSuccess) {
             *a[i].p = NULL;
@@ -434,8 +493,11 @@ static int alloc_all(cuda_backend *c) {
     if (cudaMallocHost((void **)&h->stats, 12 * L) != cudaSuccess) h->stats = NULL;
     if (cudaMallocHost((void **)&h->tok_in, 4 * L) != cudaSuccess) h->tok_in = NULL;
     if (cudaMallocHost((void **)&h->row, 4 * V) != cudaSuccess) h->row = NULL;
+    if (cudaMallocHost((void **)&h->srows, 4 * L) != cudaSuccess) h->srows = NULL;
+    if (cudaMallocHost((void **)&h->sparams, sizeof *h->sparams * L) != cudaSuccess) h->sparams = NULL;
+    if (cudaMallocHost((void **)&h->souts, sizeof *h->souts * L) != cudaSuccess) h->souts = NULL;
     return h->q_start && h->q_len && h->ctx_len && h->slot && h->work_idx && h->work_p && h->stats && h->tok_in &&
-                   h->row
+                   h->row && h->srows && h->sparams && h->souts
                ? 0
                : -1;
 }

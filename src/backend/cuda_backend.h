@@ -12,11 +12,19 @@ typedef struct {
     float *qkv, *logits;
     int32_t *tok_in;
     int32_t *stats;              /* [3][max_logits]: argmax, lse, logprob of each row */
+    /* the device sampler: rows to sample, their parameters, results, weights [rows][vocab_pad] */
+    int32_t *srows;
+    invar_cuda_sample_params *sparams;
+    invar_cuda_sample_out *souts;
+    float *swork;
 } cuda_bufs;
 
 typedef struct {
     int32_t *q_start, *q_len, *ctx_len, *slot;        /* [max_tokens], the step's sequences */
     int32_t *stats, *tok_in;     /* pinned: stats [3][max_logits], tok_in [max_logits] */
+    int32_t *srows;              /* pinned, [max_logits] each: */
+    invar_cuda_sample_params *sparams;
+    invar_cuda_sample_out *souts;
     float *row;                  /* pinned: one logits row */
     int32_t *work_idx;
     float *work_p;
