@@ -48,28 +48,6 @@ int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, v
 int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                            invar_cuda_dtype c_type, int M, int N, int K);
 
-/* Benchmark experiment only: the same kernel with another absolute K chunk (a multiple of
- * 64). Results are invariant for a fixed k_chunk but differ between k_chunk values. */
-int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
-                                  invar_cuda_dtype c_type, int M, int N, int K, int k_chunk);
-
-/* Benchmark experiment only: 0 turns the 2-CTA cluster path off (same results, other speed). */
-void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
-/* 2-CTA clusters of the large GEMM configuration that can be resident at once. */
-int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx);
-
-/* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
-typedef struct {
-    int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */
-    int k_chunk;           /* absolute K chunk: partial sums restart at every multiple of it */
-    int n_chunks;
-    int split;             /* 1: chunks of one tile run on different CTAs */
-    int units, grid, stages;
-    int cluster;           /* 1: 2-CTA clusters share B tiles by TMA multicast (same arithmetic) */
-} invar_cuda_gemm_plan;
-int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
-                             invar_cuda_gemm_plan *out);
-
 /* ---- row kernels: one CTA per row, fixed reduction tree ------------------------------ */
 /* residual[i] += x[i] (bf16 round), then y = residual * rsqrt(mean(residual^2) + eps) * w.
  * x may be NULL (plain RMSNorm of residual, residual unchanged). D % 8 == 0. */
@@ -208,18 +186,6 @@ int invar_cuda_qkv_prep(invar_cuda_ctx *ctx, const float *qkv, int T, int n_head
                         int head_dim, const float *bias, const float *q_norm, const float *k_norm,
                         float eps, const float *rope_cs, const int32_t *pos, int n_rot, int neox,
                         uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot);
-
-/* ---- helpers for tests and benchmarks ------------------------------------------------ */
-/* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */
-int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint64_t seed, float scale);
-int invar_cuda_fill_random_f32(invar_cuda_ctx *ctx, float *p, size_t n, uint64_t seed, float scale);
-/* Counts rows (of row_bytes each, row_bytes % 4 == 0) where a and b differ in any bit;
- * synchronises and returns the count, or a negative error. */
-/* Reads `bytes` of buf (a multiple of 16) on the context's stream, leaving the L2 full of
- * clean lines from it: a cache flush for timing that leaves no dirty lines to write back. */
-int invar_cuda_read_flush(invar_cuda_ctx *ctx, const void *buf, size_t bytes, int *sink);
-long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, size_t rows,
-                            size_t row_bytes);
 
 #ifdef __cplusplus
 }

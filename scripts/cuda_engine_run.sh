@@ -9,7 +9,7 @@
 # test_cuda_engine and the test_cuda_* kernel tests (default build-cuda), LIBS an optional
 # folder of shared libraries to put first on the library path (for a machine that lacks
 # libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
-# Usage: scripts/cuda_engine_run.sh [kernels] [engine] [hf] [hf8b] [cli] | all   (default: all)
+# Usage: scripts/cuda_engine_run.sh [kernels] [sanitize] [engine] [hf] [hf8b] [cli] | all   (default: all)
 # ("cli" also runs `invar serve --device cuda` under concurrent clients: serve_check.py)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +42,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 
 if want kernels; then
     for t in test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_sampler; do step "$t" timeout 300 "$BIN/$t"; done
+fi
+
+# compute-sanitizer on the kernel tests' small mode (INVAR_CUDA_TEST_SMALL=1): memcheck with
+# leak checking, and racecheck on shared memory.
+if want sanitize; then
+    for t in test_cuda_rows test_cuda_attention test_cuda_sampler test_cuda_gemm; do
+        step "memcheck-$t" env INVAR_CUDA_TEST_SMALL=1 timeout 300 compute-sanitizer --tool memcheck --leak-check full \
+            --error-exitcode 3 "$BIN/$t"
+    done
+    for t in test_cuda_rows test_cuda_attention test_cuda_sampler; do
+        step "racecheck-$t" env INVAR_CUDA_TEST_SMALL=1 timeout 300 compute-sanitizer --tool racecheck \
+            --error-exitcode 3 "$BIN/$t"
+    done
 fi
 
 # Generated models: every architecture, head_dim 64 and 128 (Llama-3-8B's head layout),

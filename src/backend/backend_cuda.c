@@ -29,6 +29,7 @@
 
 #include "../kernels/cpu/attention.h"
 #include "../sampling/sampler.h"
+#include "../kernels/cuda/invar_cuda_testing.h" /* the SPLIT_BY_M control GEMM */
 #include "cuda_backend.h"
 
 _Static_assert(INVAR_CUDA_PAGE == KV_BLOCK, "the engine's KV blocks are the kernels' pages");

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "cuda_test_util.h"
 #include "invar_cuda.h"
+#include "invar_cuda_testing.h"
 
 #define HQ 32
 #define HKV 8
@@ -70,7 +71,7 @@ static void run_batch(const struct seg *sg, int n, int force_split, uint16_t **d
     CK(cudaFree(dq)); CK(cudaFree(dbt)); CK(cudaFree(dout));
 }
 
-static long compare(uint16_t **got, const char *name)
+static long compare_want(uint16_t **got, const char *name, int want_zero)
 {
     long bad = 0, rows = 0;
     for (int s = 0; s < NSEQ; s++)
@@ -78,10 +79,14 @@ static long compare(uint16_t **got, const char *name)
             bad += memcmp(got[s] + (size_t)t * ROW, canon[s] + (size_t)t * ROW, ROW * 2) != 0;
             rows++;
         }
-    printf("%-44s %ld of %ld token rows differ from the full prefill\n", name, bad, rows);
-    EXPECT(bad == 0, "attention: %s differs", name);
+    printf("%-44s %ld of %ld token rows differ from the full prefill%s\n", name, bad, rows,
+           want_zero ? "" : " (negative control: must differ)");
+    if (want_zero) EXPECT(bad == 0, "attention: %s differs", name);
+    else EXPECT(bad > 0, "attention: negative control %s found no difference", name);
     return bad;
 }
+
+static long compare(uint16_t **got, const char *name) { return compare_want(got, name, 1); }
 
 /* Advances every sequence by its own step per batch (a ragged mix of decode and prefill). */
 static void run_steps(const int *step, int reverse, int force, uint16_t **dst)
@@ -237,6 +242,11 @@ int main(void)
         compare(got, "ragged mix, reversed, no split");
         run_steps(mixed, 0, 1, got);
         compare(got, "ragged mix, split");
+        /* The same check with the merge's fold order following the batch's token count. */
+        invar_cuda_testing_merge_by_batch(ctx, 1);
+        run_steps(mixed, 0, 1, got);
+        compare_want(got, "ragged mix, split [control: merge follows batch]", 0);
+        invar_cuda_testing_merge_by_batch(ctx, 0);
     }
     {
         /* Prefix-cache hit: the first 512 positions were cached by another request; the rest
@@ -249,6 +259,8 @@ int main(void)
         for (int s = 0; s < 6; s++) memcpy(got[s], canon[s], (size_t)L[s] * ROW * 2);
         compare(got, "prefix-cache hit (512 cached, rest prefilled)");
     }
+    CK(cudaFree(kc));
+    CK(cudaFree(vc));
     invar_cuda_free(ctx);
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;

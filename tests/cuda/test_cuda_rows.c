@@ -6,6 +6,7 @@
 #include <string.h>
 #include "cuda_test_util.h"
 #include "invar_cuda.h"
+#include "invar_cuda_testing.h"
 
 static int failures;
 static invar_cuda_ctx *ctx;
@@ -18,7 +19,9 @@ static invar_cuda_ctx *ctx;
         }                                 \
     } while (0)
 
-#define MMAX 8192
+/* Rows of the full call; INVAR_CUDA_TEST_SMALL=1 (compute-sanitizer runs) takes 512. */
+static int g_mmax = 8192;
+#define MMAX g_mmax
 static const int Ms[] = {1, 2, 3, 7, 31, 64, 127, 128, 129, 1000, 1023, 1024, 2047, 4097, 8191};
 #define NMS ((int)(sizeof Ms / sizeof *Ms))
 #define NSAMP 24
@@ -28,12 +31,15 @@ typedef void (*runner)(size_t r0, int M, void *out);
 
 static int sample_row(int i) { return i < 8 ? i : (int)(((uint64_t)i * 2654435761u) % MMAX); }
 
-static void invariance(const char *name, runner run, void *out_full, void *out_tmp, size_t row_bytes)
+/* want_zero 0: a negative control, which must find differing rows. */
+static void check_invariance(const char *name, runner run, void *out_full, void *out_tmp, size_t row_bytes,
+                             int want_zero)
 {
     run(0, MMAX, out_full);
     CK(cudaDeviceSynchronize());
     long bad = 0, bad1 = 0;
     for (int i = 0; i < NMS; i++) {
+        if (Ms[i] > MMAX) continue;
         CK(cudaMemset(out_tmp, 0xFF, (size_t)Ms[i] * row_bytes));
         run(0, Ms[i], out_tmp);
         long d = invar_cuda_rows_differ(ctx, out_tmp, out_full, (size_t)Ms[i], row_bytes);
@@ -50,9 +56,15 @@ static void invariance(const char *name, runner run, void *out_full, void *out_t
     /* Run to run. */
     run(0, MMAX, out_tmp);
     long r2r = invar_cuda_rows_differ(ctx, out_tmp, out_full, MMAX, row_bytes);
-    printf("%-12s prefix-diff rows %ld, M=1-diff rows %ld/%d, run-to-run diff rows %ld\n", name, bad,
-           bad1, NSAMP, r2r);
-    EXPECT(bad == 0 && bad1 == 0 && r2r == 0, "%s is not batch-invariant", name);
+    printf("%-12s prefix-diff rows %ld, M=1-diff rows %ld/%d, run-to-run diff rows %ld%s\n", name, bad,
+           bad1, NSAMP, r2r, want_zero ? "" : " (negative control: must differ)");
+    if (want_zero) EXPECT(bad == 0 && bad1 == 0 && r2r == 0, "%s is not batch-invariant", name);
+    else EXPECT(bad > 0 && r2r == 0, "negative control %s: the check found no difference", name);
+}
+
+static void invariance(const char *name, runner run, void *out_full, void *out_tmp, size_t row_bytes)
+{
+    check_invariance(name, run, out_full, out_tmp, row_bytes, 1);
 }
 
 /* ---- RMSNorm ---- */
@@ -75,6 +87,10 @@ static void test_norm(void *out_full, void *out_tmp)
     CKI(invar_cuda_fill_random_bf16(ctx, n_res0, n, 102, 2.0f));
     CKI(invar_cuda_fill_random_bf16(ctx, n_w, D_NORM, 103, 1.0f));
     invariance("rmsnorm+res", run_norm, out_full, out_tmp, D_NORM * 2);
+    /* The same check on RMSNorm with its reduction order following M's parity. */
+    invar_cuda_testing_norm_by_rows(ctx, 1);
+    check_invariance("rmsnorm+res [control: order follows M]", run_norm, out_full, out_tmp, D_NORM * 2, 0);
+    invar_cuda_testing_norm_by_rows(ctx, 0);
     /* Accuracy on sampled rows of the full call (residual now holds x + res). */
     run_norm(0, MMAX, out_full);
     uint16_t *x = download(n_x, n * 2), *r0 = download(n_res0, n * 2), *r = download(n_res, n * 2);
@@ -342,6 +358,7 @@ int main(void)
         return SKIP_CODE;
     }
     if (rc) return 2;
+    if (getenv("INVAR_CUDA_TEST_SMALL")) g_mmax = 512;
     size_t maxrow = (size_t)F_FFN * 2; /* widest bf16 output row */
     void *full = dmalloc(MMAX * maxrow), *tmp = dmalloc(MMAX * maxrow);
     test_norm(full, tmp);

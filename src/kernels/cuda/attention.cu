@@ -159,7 +159,7 @@ extern "C" size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int h
 typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                                const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
                                int, float, int, const int32_t *);
-typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int);
+typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
 
 extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a,
                                            const uint16_t *q, const uint16_t *k_cache,
@@ -183,7 +183,9 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if (a->split) {
         size_t warps = (size_t)a->n_tokens * a->n_heads;
         merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
-                                                                             a->n_tokens, a->n_heads);
+                                                                             a->n_tokens, a->n_heads,
+                                                                             ctx->testing_merge_by_batch &&
+                                                                                 (a->n_tokens & 1));
     }
     return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
 }

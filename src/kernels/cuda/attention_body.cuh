@@ -256,18 +256,19 @@ AT(attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *
 /* Folds a token-head's split partials in split order: one warp per (token, head). */
 __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
                                   const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
-                                  int n_tokens, int n_heads)
+                                  int n_tokens, int n_heads, int reverse)
 {
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= n_tokens * n_heads || 4 * lane >= HD) return;
     int tok = gw / n_heads, h = gw % n_heads;
     int nc = tok_pos[tok] / SPLIT + 1;
     float m = 0, l = 0, o[4] = {0, 0, 0, 0};
-    for (int c = 0; c < nc; c++) {
+    for (int k = 0; k < nc; k++) {
+        const int c = reverse ? nc - 1 - k : k; /* reverse: negative control only */
         const float *src = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
         float mc = src[0], lc = src[1];
         float4 oc = *(const float4 *)(src + 4 + 4 * lane);
-        if (c == 0) {
+        if (k == 0) {
             m = mc;
             l = lc;
             o[0] = oc.x;

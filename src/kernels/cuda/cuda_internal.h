@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include "invar_cuda.h"
+#include "invar_cuda_testing.h"
 
 struct invar_cuda_ctx {
     int device;
@@ -18,6 +19,8 @@ struct invar_cuda_ctx {
     int gemm_cluster;           /* use 2-CTA clusters with B multicast where the plan allows */
     int gemm_max_clusters;      /* resident 2-CTA clusters usable (-1: not asked yet, 0: off) */
     int gemm_max_clusters_raw;  /* what the occupancy query said */
+    int testing_norm_by_rows;   /* negative controls (invar_cuda_testing.h), 0 in real use */
+    int testing_merge_by_batch;
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
     char err[256];

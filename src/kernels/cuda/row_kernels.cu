@@ -96,7 +96,7 @@ static __device__ struct ms block_ms(struct ms v, float *sh)
 /* ---- RMSNorm with fused residual add ---- */
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const uint16_t *__restrict__ x, uint16_t *__restrict__ res,
-               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps)
+               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps, int reverse)
 {
     __shared__ float sh[66];
     size_t row = blockIdx.x;
@@ -118,6 +118,10 @@ rmsnorm_kernel(const uint16_t *__restrict__ x, uint16_t *__restrict__ res,
             }
             r[i] = rv;
             const uint16_t *pr = (const uint16_t *)&rv;
+            if (reverse) { /* negative control only (invar_cuda_testing_norm_by_rows) */
+                for (int e = 7; e >= 0; e--) ss = __fadd_rn(ss, __fmul_rn(bf(pr[e]), bf(pr[e])));
+                continue;
+            }
 #pragma unroll
             for (int e = 0; e < 8; e++) ss = __fadd_rn(ss, __fmul_rn(bf(pr[e]), bf(pr[e])));
         }
@@ -144,7 +148,8 @@ extern "C" int invar_cuda_rmsnorm(invar_cuda_ctx *ctx, const uint16_t *x, uint16
     if (M < 0 || D <= 0 || D % 8 || D > NORM_THREADS * 8 * NORM_MAX_VEC)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rmsnorm: bad D=%d", D);
     if (M == 0) return 0;
-    rmsnorm_kernel<<<M, NORM_THREADS, 0, ctx->stream>>>(x, residual, w, y, D, eps);
+    rmsnorm_kernel<<<M, NORM_THREADS, 0, ctx->stream>>>(x, residual, w, y, D, eps,
+                                                         ctx->testing_norm_by_rows && (M & 1));
     return invar_cuda_check(ctx, cudaGetLastError(), "rmsnorm launch");
 }
 

@@ -81,3 +81,6 @@ extern "C" int invar_cuda_read_flush(invar_cuda_ctx *ctx, const void *buf, size_
     read_flush_kernel<<<4 * ctx->sm_count, 512, 0, ctx->stream>>>((const uint4 *)buf, bytes / 16, sink);
     return invar_cuda_check(ctx, cudaGetLastError(), "read_flush");
 }
+
+extern "C" void invar_cuda_testing_norm_by_rows(invar_cuda_ctx *ctx, int on) { ctx->testing_norm_by_rows = on; }
+extern "C" void invar_cuda_testing_merge_by_batch(invar_cuda_ctx *ctx, int on) { ctx->testing_merge_by_batch = on; }

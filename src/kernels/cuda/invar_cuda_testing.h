@@ -1,0 +1,58 @@
+/* What the CUDA kernels offer tests, benchmarks and negative controls only: experiments,
+ * plan descriptions, data helpers and deliberately non-invariant switches. Not part of the
+ * public API (include/invar_cuda.h); include paths: src/kernels/cuda. */
+#ifndef INVAR_CUDA_TESTING_H
+#define INVAR_CUDA_TESTING_H
+#include "invar_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- GEMM experiments and plans ---- */
+/* Benchmark experiment only: the same kernel with another absolute K chunk (a multiple of
+ * 64). Results are invariant for a fixed k_chunk but differ between k_chunk values. */
+int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                                  invar_cuda_dtype c_type, int M, int N, int K, int k_chunk);
+
+/* Benchmark experiment only: 0 turns the 2-CTA cluster path off (same results, other speed). */
+void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
+/* 2-CTA clusters of the large GEMM configuration that can be resident at once. */
+int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx);
+
+/* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
+typedef struct {
+    int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */
+    int k_chunk;           /* absolute K chunk: partial sums restart at every multiple of it */
+    int n_chunks;
+    int split;             /* 1: chunks of one tile run on different CTAs */
+    int units, grid, stages;
+    int cluster;           /* 1: 2-CTA clusters share B tiles by TMA multicast (same arithmetic) */
+} invar_cuda_gemm_plan;
+int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
+                             invar_cuda_gemm_plan *out);
+
+/* ---- helpers for tests and benchmarks ------------------------------------------------ */
+/* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */
+int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint64_t seed, float scale);
+int invar_cuda_fill_random_f32(invar_cuda_ctx *ctx, float *p, size_t n, uint64_t seed, float scale);
+/* Reads `bytes` of buf (a multiple of 16) on the context's stream, leaving the L2 full of
+ * clean lines from it: a cache flush for timing that leaves no dirty lines to write back. */
+int invar_cuda_read_flush(invar_cuda_ctx *ctx, const void *buf, size_t bytes, int *sink);
+/* Counts rows (of row_bytes each, row_bytes % 4 == 0) where a and b differ in any bit;
+ * synchronises and returns the count, or a negative error. */
+long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, size_t rows,
+                            size_t row_bytes);
+
+/* ---- negative controls: each makes a real kernel's reduction depend on the batch ---- */
+/* on: RMSNorm adds each thread's elements in reverse order when the call has an odd number
+ * of rows, so a row's bits depend on M (test_cuda_rows shows its check then fails). */
+void invar_cuda_testing_norm_by_rows(invar_cuda_ctx *ctx, int on);
+/* on: attention's merge folds a token's KV splits last to first when the launch holds an odd
+ * number of tokens, so a token's bits depend on what it is batched with (test_cuda_attention). */
+void invar_cuda_testing_merge_by_batch(invar_cuda_ctx *ctx, int on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
