@@ -101,16 +101,15 @@ static int open_hf(model *m, const char *dir, char *err, size_t errlen) {
     if (!cfg) return -1;
     bool tied = false;
     int64_t vocab_size = 0;
-    char msg[384];
-    int rc = model_config_read_hf(cfg, &m->cfg, &tied, &vocab_size, msg, sizeof msg);
+    int rc = model_config_read_hf(cfg, &m->cfg, &tied, &vocab_size, err, errlen);
     cJSON_Delete(cfg);
-    if (rc) FAIL("%s: %s", dir, msg);
-    if (hf_weights_open(dir, &m->cfg, tied, &m->hf, msg, sizeof msg)) FAIL("%s: %s", dir, msg);
+    if (rc) return -1;
+    if (hf_weights_open(dir, &m->cfg, tied, &m->hf, err, errlen)) return -1;
     const gguf_tensor *e = find(m, "token_embd.weight");
-    if (!e || e->n_dims != 2) FAIL("%s: model.embed_tokens.weight is missing or not a matrix", dir);
+    if (!e || e->n_dims != 2) FAIL("model.embed_tokens.weight is missing or not a matrix");
     if (vocab_size && vocab_size != e->ne[1])
-        FAIL("%s: config.json vocab_size %lld != %lld embedding rows", dir, (long long)vocab_size, (long long)e->ne[1]);
-    if (e->ne[1] > INT32_MAX / 2) FAIL("%s: too many embedding rows", dir);
+        FAIL("config.json: vocab_size %lld != %lld embedding rows", (long long)vocab_size, (long long)e->ne[1]);
+    if (e->ne[1] > INT32_MAX / 2) FAIL("too many embedding rows");
     return tokenizer_load_hf(dir, (int32_t)e->ne[1], &m->tok, err, errlen) ||
            tokenizer_hf_chat_template(dir, &m->hf_chat_template, err, errlen) ? -1 : 0;
 }

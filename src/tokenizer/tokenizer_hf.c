@@ -350,9 +350,7 @@ int tokenizer_load_hf(const char *dir, int32_t n_vocab, tokenizer **out, char *e
         return fail(err, errlen, "%s: path too long", dir);
     cJSON *root = json_file_read(path, MAX_TOKENIZER_JSON, NULL, err, errlen);
     if (!root) return -1;
-    char msg[384];
-    int rc = build(dir, root, n_vocab, out, msg, sizeof msg);
-    if (rc) fail(err, errlen, "%s: %s", dir, msg);
+    int rc = build(dir, root, n_vocab, out, err, errlen);
     cJSON_Delete(root);
     return rc;
 }
