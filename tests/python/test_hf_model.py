@@ -9,7 +9,7 @@ models, with a GGUF of exactly the stored values beside each. Checked:
   * logits from the directory equal the GGUF's bit for bit, one file or sharded, and a
     directory whose Llama q/k rows were left in GGUF order differs (the rotary layout is
     really exercised);
-  * generate, batch, score and serve run from the directory and give the GGUF's results;
+  * generate, batch and score give the GGUF's results; serve runs from the directory;
   * broken or unsupported directories (hostile safetensors headers, wrong dtypes, tensors
     that belong nowhere, unsupported tokenizer or config features) fail with a clear error.
 """
@@ -54,6 +54,14 @@ def hf_default(tmp_path_factory, default_model):
     d = tmp_path_factory.mktemp("hf_default")
     gguf_to_hf.convert(str(default_model), str(d / "smollm2"), "BF16", gguf_out=str(d / "smollm2-bf16.gguf"))
     return d / "smollm2", d / "smollm2-bf16.gguf"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, synthetic_model):
+    """(directory, GGUF with the same stored values) of the synthetic Qwen3 model, F32."""
+    d = tmp_path_factory.mktemp("hf_tiny")
+    gguf_to_hf.convert(str(synthetic_model("qwen3-Q4_1")), str(d / "qwen3"), "F32", gguf_out=str(d / "qwen3.gguf"))
+    return d / "qwen3", d / "qwen3.gguf"
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -108,7 +116,6 @@ def test_default_model_logits_bitwise(hf_default, tmp_path):
 @pytest.mark.parametrize("variant,dtype,shards", [
     ("llama-output-Q4_1", "F16", 1),   # untied lm_head
     ("qwen2-Q4_1", "BF16", 2),         # QKV biases; a sharded checkpoint with its index
-    ("qwen3-Q4_1", "F32", 1),          # QK-norm, head_dim 64 != 128/4
 ])
 def test_synthetic_logits_bitwise(synthetic_model, tmp_path, variant, dtype, shards):
     src = synthetic_model(variant)
@@ -116,6 +123,12 @@ def test_synthetic_logits_bitwise(synthetic_model, tmp_path, variant, dtype, sha
     gguf_to_hf.convert(str(src), str(d), dtype, shards=shards, gguf_out=str(same))
     if shards > 1:
         assert (d / "model.safetensors.index.json").exists() and not (d / "model.safetensors").exists()
+    assert logits(d, tmp_path) == logits(same, tmp_path)
+
+
+def test_qwen3_logits_bitwise(tiny_dir, tmp_path):
+    """QK-norm, head_dim 64 != 128/4 (the tiny directory the other tests use, F32)."""
+    d, same = tiny_dir
     assert logits(d, tmp_path) == logits(same, tmp_path)
 
 
@@ -143,8 +156,9 @@ def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
 # ---------------------------------------------------------------- commands
 
 
-def test_generate_batch_score_match_gguf(hf_default):
-    d, same = hf_default
+def test_generate_batch_score_match_gguf(tiny_dir):
+    """On the tiny Qwen3 directory (cheap to run): the same text, results and logprobs."""
+    d, same = tiny_dir
     outs = {}
     for m in (d, same):
         g = run(["generate", "--model", str(m), "--max-tokens", "12", "The capital of France is"])
@@ -159,6 +173,7 @@ def test_generate_batch_score_match_gguf(hf_default):
         outs[m] = (g.stdout, b.stdout, s.stdout)
     assert outs[d] == outs[same]
     assert outs[d][0].strip() and len(outs[d][1].splitlines()) == 2
+    assert all("error" not in json.loads(line) for line in outs[d][1].splitlines())
 
 
 def test_serve_from_directory(hf_default):
@@ -186,16 +201,9 @@ def test_serve_from_directory(hf_default):
 # ---------------------------------------------------------------- refusals
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, synthetic_model):
-    d = tmp_path_factory.mktemp("hf_tiny") / "qwen3"
-    gguf_to_hf.convert(str(synthetic_model("qwen3-Q4_1")), str(d), "F32")
-    return d
-
-
 def broken(tiny_dir, tmp_path, edit):
     d = tmp_path / "broken"
-    shutil.copytree(tiny_dir, d)
+    shutil.copytree(tiny_dir[0], d)
     edit(d)
     p = run(["tokenize", "--model", str(d), "hi"])
     assert p.returncode == 3, p.stdout + p.stderr
@@ -295,5 +303,5 @@ def test_unsupported_directories_are_refused(tiny_dir, tmp_path, case):
 
 
 def test_tiny_directory_loads(tiny_dir):
-    p = run(["tokenize", "--model", str(tiny_dir), "hi"])
+    p = run(["tokenize", "--model", str(tiny_dir[0]), "hi"])
     assert p.returncode == 0, p.stderr
