@@ -97,7 +97,10 @@ static int open_gguf(model *m, const char *path, char *err, size_t errlen) {
 static int open_hf(model *m, const char *dir, char *err, size_t errlen) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path) FAIL("%s: path too long", dir);
-    cJSON *cfg = json_file_read(path, MAX_CONFIG_JSON, NULL, err, errlen);
+    bool absent;
+    cJSON *cfg = json_file_read(path, MAX_CONFIG_JSON, &absent, err, errlen);
+    if (!cfg && absent) FAIL("%s is a directory without config.json (a Hugging Face model directory has one; "
+                             "docs/models.md)", dir);
     if (!cfg) return -1;
     bool tied = false;
     int64_t vocab_size = 0;

@@ -220,6 +220,9 @@ static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, char *err
     const cJSON *vocab = item(model, "vocab");
     int64_t top = -1;
     if (max_id(vocab, added, &top, err, errlen)) return -1;
+    if (n_vocab > MAX_VOCAB)
+        return fail(err, errlen, "tokenizer.json: %d embedding rows is more than the %d tokens supported", (int)n_vocab,
+                    MAX_VOCAB);
     if (n_vocab > 0 && top >= n_vocab)
         return fail(err, errlen, "tokenizer.json: token id %lld is beyond the model's %d embedding rows",
                     (long long)top, (int)n_vocab);

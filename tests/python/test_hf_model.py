@@ -271,7 +271,7 @@ def _extra_tensor(d: Path):
 
 
 UNSUPPORTED = {
-    "no config.json": (lambda d: (d / "config.json").unlink(), "config.json"),
+    "no config.json": (lambda d: (d / "config.json").unlink(), "is a directory without config.json"),
     "other model_type": (lambda d: edit_json(d, "config.json", lambda j: j.update(model_type="gemma")),
                          "unsupported model_type 'gemma'"),
     "rope scaling": (lambda d: edit_json(d, "config.json", lambda j: j.update(
