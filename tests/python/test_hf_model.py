@@ -98,6 +98,27 @@ def test_token_ids_match_tokenizers(hf_default):
                                                                       skip_special_tokens=False)
 
 
+@pytest.mark.parametrize("pre", ["llama3", "qwen2"])
+def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
+    """The same vocabulary behind the Llama-3 split (with ignore_merges, as Llama-3's
+    tokenizer.json has it) and the Qwen2 split: the directory maps them to invar's."""
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    regex = gguf_to_hf.LLAMA3_REGEX if pre == "llama3" else gguf_to_hf.QWEN2_REGEX
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    j["model"]["ignore_merges"] = pre == "llama3"
+    out = tmp_path / pre
+    out.mkdir()
+    (out / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ours = invar_encode(out, cases.ALL)
+    bad = [(t, o) for t, o in zip(cases.ALL, ours) if o != ref.encode(t, add_special_tokens=False).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+
+
 def test_token_ids_match_gguf(hf_default, default_model):
     d, _ = hf_default
     assert invar_encode(d, cases.ALL) == invar_encode(default_model, cases.ALL)
