@@ -40,7 +40,7 @@ static void test_type_info(void **state) {
     static const struct { uint32_t id; size_t be, bb; const char *name; bool sup; } want[] = {
         {0, 1, 4, "F32", true}, {1, 1, 2, "F16", true}, {2, 32, 18, "Q4_0", true},
         {3, 32, 20, "Q4_1", true}, {6, 32, 22, "Q5_0", false}, {7, 32, 24, "Q5_1", false},
-        {8, 32, 34, "Q8_0", true}, {9, 32, 40, "Q8_1", false}, {10, 256, 84, "Q2_K", false},
+        {8, 32, 34, "Q8_0", true}, {9, 32, 36, "Q8_1", false}, {10, 256, 84, "Q2_K", false},
         {11, 256, 110, "Q3_K", false}, {12, 256, 144, "Q4_K", true}, {13, 256, 176, "Q5_K", false},
         {14, 256, 210, "Q6_K", true}, {15, 256, 292, "Q8_K", false}, {16, 256, 66, "IQ2_XXS", false},
         {20, 32, 18, "IQ4_NL", false}, {23, 256, 136, "IQ4_XS", false}, {28, 1, 8, "F64", false},
