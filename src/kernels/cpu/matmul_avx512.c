@@ -525,24 +525,38 @@ AI void float_converted(const mm_args *a, const uint32_t type, int64_t g, const 
     }
 }
 
-/* Groups [g0, g1), FT_G at a time, for one float type; F32 needs no conversion (a buffer
- * copy would only add a pass). */
-AI void float_groups(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1) {
-    const int convert = type != INVAR_T_F32 && a->m >= FT_CONV_MIN_M;
-    for (int64_t g = g0; g < g1; g += FT_G) {
-        const int G = (int)(g1 - g < FT_G ? g1 - g : FT_G);
-        if (convert) {
-            if (G == 3) float_converted(a, type, g, 3);
-            else if (G == 2) float_converted(a, type, g, 2);
-            else float_converted(a, type, g, 1);
-        } else {
-            if (G == 3) float_direct(a, type, g, 3);
-            else if (G == 2) float_direct(a, type, g, 2);
-            else float_direct(a, type, g, 1);
-        }
+#define FLOAT_GROUPS(NAME, TYPE)                                                           \
+    static void NAME(const mm_args *a, int64_t g, int G, int convert) {                     \
+        if (convert) {                                                                      \
+            if (G == 3) float_converted(a, TYPE, g, 3);                                     \
+            else if (G == 2) float_converted(a, TYPE, g, 2);                                \
+            else float_converted(a, TYPE, g, 1);                                            \
+        } else {                                                                            \
+            if (G == 3) float_direct(a, TYPE, g, 3);                                        \
+            else if (G == 2) float_direct(a, TYPE, g, 2);                                   \
+            else float_direct(a, TYPE, g, 1);                                               \
+        }                                                                                   \
     }
+
+FLOAT_GROUPS(float_f16, INVAR_T_F16)
+FLOAT_GROUPS(float_bf16, INVAR_T_BF16)
+
+/* F32 needs no conversion; a buffer copy would only add a pass. */
+static void float_f32(const mm_args *a, int64_t g, int G, int convert) {
+    (void)convert;
+    if (G == 3) float_direct(a, INVAR_T_F32, g, 3);
+    else if (G == 2) float_direct(a, INVAR_T_F32, g, 2);
+    else float_direct(a, INVAR_T_F32, g, 1);
 }
 
-void mm_avx512_f32(const mm_args *a, int64_t g0, int64_t g1) { float_groups(a, INVAR_T_F32, g0, g1); }
-void mm_avx512_f16(const mm_args *a, int64_t g0, int64_t g1) { float_groups(a, INVAR_T_F16, g0, g1); }
-void mm_avx512_bf16(const mm_args *a, int64_t g0, int64_t g1) { float_groups(a, INVAR_T_BF16, g0, g1); }
+/* Groups [g0, g1), FT_G at a time. */
+#define FLOAT_KERNEL(NAME, GROUPS)                                          \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                   \
+        const int convert = a->m >= FT_CONV_MIN_M;                          \
+        for (int64_t g = g0; g < g1; g += FT_G)                             \
+            GROUPS(a, g, (int)(g1 - g < FT_G ? g1 - g : FT_G), convert);    \
+    }
+
+FLOAT_KERNEL(mm_avx512_f32, float_f32)
+FLOAT_KERNEL(mm_avx512_f16, float_f16)
+FLOAT_KERNEL(mm_avx512_bf16, float_bf16)

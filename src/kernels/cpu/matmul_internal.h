@@ -71,8 +71,6 @@ typedef void (*mm_groups_fn)(const mm_args *a, int64_t g0, int64_t g1);
 /* One call's arguments, shared by all tasks. */
 struct mm_args {
     const cpu_weight *w;
-    const struct mm_kernel *kt; /* w's row of the kernel table */
-    mm_groups_fn run;           /* kt's kernel for the ISA of this call */
     int64_t m;
     const float *x; /* float activations (float weight types) */
     int64_t ldx;
@@ -80,6 +78,8 @@ struct mm_args {
     uint8_t *xp;    /* or activation panels (AVX-512 with a panel type), else NULL */
     float *y;
     int64_t ldy;
+    const struct mm_kernel *kt; /* w's row of the kernel table */
+    mm_groups_fn run;           /* kt's kernel for the ISA of this call */
 };
 
 /* ---- The kernel table: one row per weight type the matmul supports (matmul_traits.c).
