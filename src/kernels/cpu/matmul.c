@@ -170,8 +170,9 @@ static void task_quantize(void *ctx, int64_t t) {
     quantize_rows(T->a, T->isa, i0, i1 < T->a->m ? i1 : T->a->m);
 }
 
-/* 16-column groups per task, from n alone: about 16 tasks (enough to balance a few
- * threads, few enough that handing them out stays cheap), at most 16 groups. */
+/* 16-column groups per task, from n alone. Quantised: about 16 tasks (enough to balance
+ * a few threads, few enough that handing them out stays cheap), at most 16 groups. Float:
+ * FCOLS_PER_TASK columns. */
 static int64_t groups_per_task(const mm_args *a) {
     if (!a->kt->quantised) return FCOLS_PER_TASK / MM_NC;
     int64_t g = (a->w->n + MM_NC - 1) / MM_NC / 16;
