@@ -18,6 +18,9 @@ typedef struct {
     size_t packed_bytes;
 } cpu_weight;
 
+/* True if the matmul has kernels for this ggml type id (its row in matmul_traits.c). */
+int cpu_matmul_supports(uint32_t type);
+
 /* Validates type and shape (k a multiple of the block size) without repacking: a view
  * that other backends read (the CUDA backend uploads from it). Returns 0 or non-zero. */
 int cpu_weight_view(cpu_weight *w, uint32_t type, int64_t n, int64_t k, const void *data,
