@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "request_json.h"
+#include "common/clock.h"
 
 static const char *HELP =
     "usage: invar demo [--model PATH] [--max-tokens N] [--threads N]\n"

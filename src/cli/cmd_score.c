@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "request_json.h"
+#include "common/float_format.h"
 
 static const char *HELP =
     "usage: invar score [--model PATH] [--threads N] [--device cpu|cuda] PROMPT CONTINUATION\n"

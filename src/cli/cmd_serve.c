@@ -11,6 +11,8 @@
 
 #include "cli.h"
 #include "server/server.h"
+#include "common/clock.h"
+#include "common/utf8.h"
 
 static const char *HELP =
     "usage: invar serve [options]\n"

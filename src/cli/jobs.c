@@ -1,4 +1,5 @@
 #include "jobs.h"
+#include "common/clock.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 #include "request_json.h"
+#include "common/float_format.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,8 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
 #include "cli/request_json.h"
+#include "common/float_format.h"
+#include "common/utf8.h"
 
 static atomic_llong next_id = 1;
 
