@@ -35,9 +35,6 @@ bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool parse_f32(const char *s, float *out);
 bool parse_u64(const char *s, uint64_t *out);
 
-/* Text of generated tokens (end-of-generation tokens dropped), as valid UTF-8 (invalid
- * bytes become U+FFFD). malloc'd. */
-char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n);
 
 /* Ends writing to f: flushes it (buffered writes fail only then), checks its error flag,
  * and closes it unless it is stdout. Prints "invar CMD: cannot write NAME: reason" and

@@ -4,9 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "common/clock.h"
-#include "common/utf8.h"
 
 static char g_path[4096];
 
@@ -116,33 +115,6 @@ int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
         return 1;
     }
     return 0;
-}
-
-char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n) {
-    size_t cap = 256, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        if (invar_token_is_eog(m, toks[i].token)) continue;
-        for (;;) {
-            int b = invar_token_bytes(m, toks[i].token, buf + len, cap - len);
-            if (b < 0) break;
-            if ((size_t)b <= cap - len) {
-                len += (size_t)b;
-                break;
-            }
-            cap = cap * 2 + (size_t)b;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-        }
-    }
-    char *clean = utf8_sanitize(buf, len);
-    free(buf);
-    return clean;
 }
 
 int cli_finish_output(FILE *f, const char *cmd, const char *name) {

@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/batch_json.h"
+#include "request/request.h"
 
 static const char *HELP =
     "usage: invar batch [options] [--input FILE] [--output FILE]\n"
@@ -92,7 +93,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
         memset(j, 0, sizeof *j);
         c->lines[i] = lineno;
         bool trailing = false;
-        cJSON *o = json_parse_whole(line, (size_t)len, &trailing);
+        cJSON *o = req_parse_json(line, (size_t)len, &trailing);
         c->ids[i] = NULL;
         char err[256];
         const char *bad;
@@ -101,7 +102,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
         } else {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
             if (id) c->ids[i] = cJSON_Duplicate(id, 1);
-            bad = request_from_json(c->m, o, j, err, sizeof err);
+            bad = batch_request(c->m, o, j, err, sizeof err);
             cJSON_Delete(o);
         }
         if (bad) {

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/cli.h"
 #include "common/float_format.h"
 
 static const char *HELP =

@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "server/server.h"
 #include "common/clock.h"
 #include "common/utf8.h"

@@ -1,4 +1,4 @@
-#include "jobs.h"
+#include "cli/jobs.h"
 #include "common/clock.h"
 
 #include <stdlib.h>
