@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "../sampling/sampler.h"
-#include "backend.h"
-#include "cuda_weights.h"
+#include "kernels/cpu/attention.h"
+#include "sampling/sampler.h"
+#include "backend/backend.h"
+#include "backend/cuda_weights.h"
 #include "invar_cuda.h"
 
 _Static_assert(INVAR_CUDA_PAGE == KV_BLOCK, "the engine's KV blocks are the kernels' pages");

@@ -1,12 +1,12 @@
-#include "model.h"
+#include "model/model.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/quant.h"
-#include "rope_table.h"
+#include "formats/quant.h"
+#include "model/rope_table.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 

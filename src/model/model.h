@@ -6,10 +6,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
-#include "../kernels/cpu/matmul.h"
-#include "../tokenizer/tokenizer.h"
-#include "config.h"
+#include "formats/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "tokenizer/tokenizer.h"
+#include "model/config.h"
 
 typedef struct {
     cpu_weight wq, wk, wv, wo, gate, up, down;

@@ -4,7 +4,7 @@
  * so long pieces (runs of spaces, minified code) do not go quadratic. */
 #include <stdlib.h>
 
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 struct bpe_heap_entry {
     int32_t rank;
