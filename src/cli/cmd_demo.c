@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "cli/jobs.h"
-#include "request/token_text.h"
 #include "common/clock.h"
+#include "request/token_text.h"
 
 static const char *HELP =
     "usage: invar demo [--model PATH] [--max-tokens N] [--threads N]\n"

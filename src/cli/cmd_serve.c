@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "server/server.h"
 #include "common/clock.h"
 #include "common/utf8.h"
+#include "server/server.h"
 
 static const char *HELP =
     "usage: invar serve [options]\n"

@@ -1,8 +1,9 @@
 #include "cli/jobs.h"
-#include "common/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/clock.h"
 
 void job_clear(job *j) {
     free(j->prompt);

@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "server/server.h"
 #include "common/clock.h"
+#include "server/server.h"
 
 struct srv_conn {
     struct srv_conn *prev, *next;

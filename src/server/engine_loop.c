@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server.h"
 #include "common/clock.h"
+#include "server/server.h"
 
 srv_call *srv_call_new(int n) {
     srv_call *c = calloc(1, sizeof *c);

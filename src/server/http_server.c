@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "server/openai_api.h"
 #include "server/server.h"
-#include "common/clock.h"
 
 typedef struct {
     char *body;

@@ -1,9 +1,9 @@
 #include "server/text_tracker.h"
-#include "common/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 
 void tt_init(text_tracker *t, const char *const *stops, int n_stops) {
     memset(t, 0, sizeof *t);
