@@ -25,8 +25,8 @@ set_target_properties(invar_cuda PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDE
 target_compile_options(invar_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:${INVAR_CUDA_GENCODE} -O3 -std=c++17 -Xptxas=-warn-spills
     -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
-target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include
-  PRIVATE ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include)
+invar_layer_headers(invar_cuda src/kernels/cuda) # "kernels/cuda/file.h", as every layer
 target_link_libraries(invar_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
 
 # Targets made before this file (the layers, the CLI) link CUDA through invar_backend but

@@ -21,7 +21,7 @@ echo "== build =="
 GENCODE="-gencode=arch=compute_90a,code=sm_90a"
 pids=()
 for f in src/kernels/cuda/*.cu; do
-  nvcc -c -O3 -std=c++17 $GENCODE -Xptxas -v -Xptxas -warn-spills -Iinclude -Isrc/kernels/cuda \
+  nvcc -c -O3 -std=c++17 $GENCODE -Xptxas -v -Xptxas -warn-spills -Iinclude -Isrc \
     "$f" -o "$B/$(basename "$f" .cu).o" > "$B/$(basename "$f" .cu).ptxas.txt" 2>&1 &
   pids+=($!)
 done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The second README command: the whole test suite.
+#   0. Layer order: no include from a lower layer to a higher one (tools/check_layers.py)
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
 #   3. ASan+UBSan build: the same C tests
@@ -99,6 +100,7 @@ cuda_build() {
         cmake --build build-cuda-ci -j"$JOBS"
 }
 
+stage layer-order python3 tools/check_layers.py
 stage release-tests release
 stage python-tests python_tests
 stage sanitizer-tests sanitizers

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/jobs.h"
+#include "common/clock.h"
+#include "request/token_text.h"
 
 static const char *HELP =
     "usage: invar generate [options] PROMPT\n"
@@ -93,7 +95,7 @@ int cmd_generate(int argc, char **argv) {
                                     err, sizeof err);
         if (r == -1) { fprintf(stderr, "invar generate: %s\n", err); invar_model_free(m); return EXIT_USAGE; }
     } else {
-        j.prompt = tokenize_alloc(m, prompt, special, &j.n_prompt);
+        j.prompt = req_tokenize(m, prompt, special, &j.n_prompt);
     }
     int rc = EXIT_OK;
     invar_engine *e = NULL;

@@ -9,7 +9,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common/clock.h"
+#include "common/utf8.h"
 #include "server/server.h"
 
 static const char *HELP =

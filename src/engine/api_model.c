@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/model.h"
-#include "../tokenizer/chat.h"
-#include "engine_internal.h"
+#include "model/model.h"
+#include "tokenizer/chat.h"
+#include "engine/engine_internal.h"
 #include "invar.h"
 
 int invar_model_load(const char *path, invar_model **out, char *err, size_t errlen) {

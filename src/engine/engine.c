@@ -18,12 +18,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
-#include "../kernels/cpu/attention.h"
-#include "../sampling/sampler.h"
-#include "block_pool.h"
-#include "engine_internal.h"
-#include "engine_testing.h"
+#include "backend/backend.h"
+#include "kernels/cpu/attention.h"
+#include "sampling/sampler.h"
+#include "engine/block_pool.h"
+#include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
 #include "invar.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "../formats/gguf.h"
+#include "formats/gguf.h"
 
 /* Bounds on the hyperparameters a GGUF may claim (docs/architecture.md). Sizes the loader
  * allocates before any tensor can vouch for them derive from these: the RoPE table is

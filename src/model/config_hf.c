@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
+#include "model/config.h"
 #include "formats/json_file.h"
 
 #define FAIL(...) do { snprintf(err, errlen, "config.json: " __VA_ARGS__); return -1; } while (0)

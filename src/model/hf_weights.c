@@ -1,10 +1,10 @@
-#include "hf_weights.h"
+#include "model/hf_weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/safetensors_set.h"
+#include "formats/safetensors_set.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 

@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../formats/gguf.h"
-#include "config.h"
+#include "formats/gguf.h"
+#include "model/config.h"
 
 typedef struct hf_weights hf_weights;
 

@@ -1,4 +1,4 @@
-#include "model.h"
+#include "model/model.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../formats/json_file.h"
-#include "../formats/quant.h"
-#include "rope_table.h"
+#include "formats/json_file.h"
+#include "formats/quant.h"
+#include "model/rope_table.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 

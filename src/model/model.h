@@ -6,11 +6,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
-#include "../kernels/cpu/matmul.h"
-#include "../tokenizer/tokenizer.h"
-#include "config.h"
-#include "hf_weights.h"
+#include "formats/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "tokenizer/tokenizer.h"
+#include "model/config.h"
+#include "model/hf_weights.h"
 
 typedef struct {
     cpu_weight wq, wk, wv, wo, gate, up, down;

@@ -4,8 +4,8 @@
  * so long pieces (runs of spaces, minified code) do not go quadratic. */
 #include <stdlib.h>
 
-#include "tokenizer_internal.h"
-#include "unicode_tables.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_tables.h"
 
 struct bpe_heap_entry {
     int32_t rank;

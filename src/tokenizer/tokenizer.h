@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
+#include "formats/gguf.h"
 
 typedef struct tokenizer tokenizer;
 

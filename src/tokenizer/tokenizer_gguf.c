@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "formats/json_file.h"
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 #define MAX_TOKENIZER_JSON (256u << 20)
 #define MAX_SMALL_JSON (16u << 20)

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pretokenize.h"
-#include "tokenizer.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
 
 /* GGUF tokenizer.ggml.token_type values. */
 enum {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_internal.h"
-#include "unicode_tables.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_tables.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {

@@ -7,7 +7,7 @@
 #define INVAR_MATMUL_H
 #include <stddef.h>
 #include <stdint.h>
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 typedef struct {
     uint32_t type;       /* ggml type id (formats/quant.h) */
