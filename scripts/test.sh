@@ -15,20 +15,43 @@ passed=0
 failed=0
 failures=""
 
+timings=""
+t_suite=$SECONDS
+
+# Runs one stage and prints its wall-clock time, with the CPU time of everything it ran
+# (user + sys, children included): on a shared machine the wall time says little, and the
+# CPU time divided by the cores it can use estimates the wall time on an idle one.
 stage() { # name command...
     local name=$1
     shift
     echo
     echo "=== $name ==="
-    if "$@"; then
+    local t0=$SECONDS cpu0 cpu1 rc
+    cpu0=$(cpu_seconds)
+    "$@"
+    rc=$?
+    cpu1=$(cpu_seconds)
+    local took
+    took=$(printf '%5d s wall %6d s cpu' $((SECONDS - t0)) $((cpu1 - cpu0)))
+    timings="$timings$(printf '%-16s %s' "$name" "$took")"$'\n'
+    if [ $rc -eq 0 ]; then
         passed=$((passed + 1))
-        echo "=== $name: ok ==="
+        echo "=== $name: ok ($took) ==="
     else
         failed=$((failed + 1))
         failures="$failures $name"
-        echo "=== $name: FAILED ==="
+        echo "=== $name: FAILED ($took) ==="
     fi
 }
+
+# CPU seconds used so far by this shell's finished children (cutime + cstime, /proc/PID/stat
+# fields 16 and 17; $$ is this shell even inside the command substitution).
+cpu_seconds() {
+    local f
+    read -ra f </proc/$$/stat
+    echo $(((f[15] + f[16]) / CLK_TCK))
+}
+CLK_TCK=$(getconf CLK_TCK)
 
 release() {
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DINVAR_CUDA=OFF >/dev/null &&
@@ -101,6 +124,9 @@ stage fuzz fuzz
 stage cuda-build cuda_build
 
 echo
+echo "stage times:"
+printf '%s' "$timings"
+printf '%-16s %5d s wall\n' total $((SECONDS - t_suite))
 [ -n "$failures" ] && echo "failed stages:$failures"
 echo "stages: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
