@@ -3,9 +3,10 @@
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
 #   3. ASan+UBSan build: the same C tests
-#   4. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
+#   4. ThreadSanitizer build: the multi-threaded C tests and the server's concurrent tests
+#   5. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
 #      request equals its solo run, on a tiny generated model; its negative controls fail)
-#   5. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
+#   6. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
 # Run scripts/setup.sh once first. FUZZ_SECONDS (default 30) sets the time per fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +73,34 @@ sanitizers() {
             ctest --output-on-failure -j"$JOBS")
 }
 
+# ThreadSanitizer: the multi-threaded parts (the thread pool and the kernels' task split,
+# the engine on 2 threads, the server's connection and engine threads). The C tests run their
+# quick sizes; the server runs its concurrent tests (many streams, disconnects, SIGTERM
+# drain) with every report written to a log, and any report fails the stage.
+TSAN_TESTS="test_threadpool test_matmul_multi test_attention_invariance test_engine_requests test_serving_determinism test_cli_jobs"
+TSAN_SERVER_TESTS="online_invariance or load_100_streams or disconnect or closed_client or half_closed or sigterm"
+thread_sanitizer() {
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=thread -DINVAR_CUDA=OFF >/dev/null &&
+        cmake --build build-tsan -j"$JOBS" --target invar_cli $TSAN_TESTS || return 1
+    local tests_re
+    tests_re="^($(echo "$TSAN_TESTS" | tr ' ' '|'))\$"
+    (cd build-tsan && INVAR_TEST_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+        ctest --output-on-failure -j"$JOBS" -R "$tests_re") || return 1
+    local logs
+    logs=$(mktemp -d)
+    INVAR_BUILD_DIR="$PWD/build-tsan" INVAR_BIN="$PWD/build-tsan/invar" HF_HUB_OFFLINE=1 \
+        INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" TSAN_OPTIONS="log_path=$logs/tsan" \
+        .venv/bin/python -m pytest -q tests/python/test_server.py -k "$TSAN_SERVER_TESTS"
+    local rc=$?
+    if compgen -G "$logs/tsan*" >/dev/null; then
+        cat "$logs"/tsan*
+        echo "ThreadSanitizer reports from invar serve (above)"
+        rc=1
+    fi
+    rm -rf "$logs"
+    return $rc
+}
+
 fuzz() {
     cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
         -DINVAR_TESTS=OFF -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS" || return 1
@@ -120,6 +149,7 @@ cuda_build() {
 stage release-tests release
 stage python-tests python_tests
 stage sanitizer-tests sanitizers
+stage tsan-tests thread_sanitizer
 stage fuzz fuzz
 stage cuda-build cuda_build
 
