@@ -2,15 +2,15 @@
 # The second README command: the whole test suite.
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
-#   3. ASan+UBSan build: the same C tests
+#   3. ASan+UBSan build (clang, shared with the fuzz stage): the same C tests
 #   4. ThreadSanitizer build: the multi-threaded C tests and the server's concurrent tests
 #   5. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
 #      request equals its solo run, on a tiny generated model; its negative controls fail)
 #   6. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
-# Run scripts/setup.sh once first. FUZZ_SECONDS (default 30) sets the time per fuzz target.
+# Run scripts/setup.sh once first. FUZZ_SECONDS (default 15) sets the time per fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 JOBS=$(nproc)
 passed=0
 failed=0
@@ -66,10 +66,16 @@ python_tests() {
         .venv/bin/python -m pytest -q tests/python
 }
 
+# One clang build serves the sanitizer and fuzz stages: every layer and test instrumented with
+# ASan + UBSan (any report aborts) and libFuzzer's coverage counters, plus the fuzz targets.
+fuzz_build() {
+    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
+        -DINVAR_TESTS=ON -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS"
+}
+
 sanitizers() {
-    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=ON -DINVAR_CUDA=OFF >/dev/null &&
-        cmake --build build-asan -j"$JOBS" &&
-        (cd build-asan && INVAR_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    fuzz_build &&
+        (cd build-fuzz && INVAR_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
             ctest --output-on-failure -j"$JOBS")
 }
 
@@ -77,7 +83,7 @@ sanitizers() {
 # the engine on 2 threads, the server's connection and engine threads). The C tests run their
 # quick sizes; the server runs its concurrent tests (many streams, disconnects, SIGTERM
 # drain) with every report written to a log, and any report fails the stage.
-TSAN_TESTS="test_threadpool test_matmul_multi test_attention_invariance test_engine_requests test_serving_determinism test_cli_jobs"
+TSAN_TESTS="test_threadpool test_matmul_multi test_attention_invariance test_engine_requests test_serving_determinism"
 TSAN_SERVER_TESTS="online_invariance or load_100_streams or disconnect or closed_client or half_closed or sigterm"
 thread_sanitizer() {
     cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=thread -DINVAR_CUDA=OFF >/dev/null &&
@@ -89,6 +95,7 @@ thread_sanitizer() {
     local logs
     logs=$(mktemp -d)
     INVAR_BUILD_DIR="$PWD/build-tsan" INVAR_BIN="$PWD/build-tsan/invar" HF_HUB_OFFLINE=1 \
+        INVAR_SERVE_START_S=180 INVAR_SERVE_LOAD_LIMIT_S=300 \
         INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" TSAN_OPTIONS="log_path=$logs/tsan" \
         .venv/bin/python -m pytest -q tests/python/test_server.py -k "$TSAN_SERVER_TESTS"
     local rc=$?
@@ -102,8 +109,7 @@ thread_sanitizer() {
 }
 
 fuzz() {
-    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
-        -DINVAR_TESTS=OFF -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS" || return 1
+    fuzz_build || return 1 # built by the sanitizer stage already: nothing to do unless it failed
     # fuzz_invariance runs a tiny generated model (512-token vocabulary), written once.
     local tiny=build-fuzz/tiny_llama_q8_0.gguf
     [ -f "$tiny" ] || .venv/bin/python tools/make_tiny_model.py --arch llama --type Q8_0 --vocab 512 \
