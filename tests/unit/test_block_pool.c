@@ -125,7 +125,7 @@ static void test_lru_eviction_oldest_first(void **state) {
     assert_int_equal(e, id[1]);
     assert_int_equal(p.ref[e], 1);
     assert_false(p.cached[e]);
-    assert_int_equal(block_pool_lookup(&p, h[1]), -1); /* evicted: its prefix is gone */
+    assert_int_equal(block_pool_lookup(&p, h[1]), -1);    /* evicted: its prefix is gone */
     assert_int_equal(block_pool_lookup(&p, h[0]), id[0]); /* the others are still there */
     /* id[0] is in use again, so the next eviction skips it. */
     assert_int_equal(block_pool_alloc(&p), id[2]);
@@ -203,7 +203,7 @@ static void test_register_is_idempotent(void **state) {
     block_pool_release(&p, a);
     block_pool_release(&p, a);
     block_pool_release(&p, b);
-    assert_int_equal(p.n_lru, 1); /* a */
+    assert_int_equal(p.n_lru, 1);  /* a */
     assert_int_equal(p.n_free, 2); /* b and the untouched third block */
     block_pool_free(&p);
 }
