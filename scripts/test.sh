@@ -2,7 +2,7 @@
 # The second README command: the whole test suite.
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
-#   3. ASan+UBSan build (clang, shared with the fuzz stage): the same C tests
+#   3. ASan+UBSan build: the same C tests
 #   4. ThreadSanitizer build: the multi-threaded C tests and the server's concurrent tests
 #   5. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
 #      request equals its solo run, on a tiny generated model; its negative controls fail)
@@ -66,16 +66,10 @@ python_tests() {
         .venv/bin/python -m pytest -q tests/python
 }
 
-# One clang build serves the sanitizer and fuzz stages: every layer and test instrumented with
-# ASan + UBSan (any report aborts) and libFuzzer's coverage counters, plus the fuzz targets.
-fuzz_build() {
-    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
-        -DINVAR_TESTS=ON -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS"
-}
-
 sanitizers() {
-    fuzz_build &&
-        (cd build-fuzz && INVAR_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_SANITIZE=ON -DINVAR_CUDA=OFF >/dev/null &&
+        cmake --build build-asan -j"$JOBS" &&
+        (cd build-asan && INVAR_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
             ctest --output-on-failure -j"$JOBS")
 }
 
@@ -109,7 +103,8 @@ thread_sanitizer() {
 }
 
 fuzz() {
-    fuzz_build || return 1 # built by the sanitizer stage already: nothing to do unless it failed
+    cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINVAR_FUZZ=ON \
+        -DINVAR_TESTS=OFF -DINVAR_CUDA=OFF >/dev/null && cmake --build build-fuzz -j"$JOBS" || return 1
     # fuzz_invariance runs a tiny generated model (512-token vocabulary), written once.
     local tiny=build-fuzz/tiny_llama_q8_0.gguf
     [ -f "$tiny" ] || .venv/bin/python tools/make_tiny_model.py --arch llama --type Q8_0 --vocab 512 \
