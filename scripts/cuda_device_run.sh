@@ -30,7 +30,7 @@ cat "$B"/*.ptxas.txt | grep -E "error|warning|Compiling entry|registers|spill" |
 [ $status = 0 ] || { echo "BUILD FAILED"; cat "$B"/*.ptxas.txt; exit 1; }
 rm -f "$B/libinvar_cuda.a"
 ar rcs "$B/libinvar_cuda.a" "$B"/*.o
-CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Itests/cuda -Ibench/cuda -I$(dirname "$(command -v nvcc)")/../include"
+CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc -Itests/cuda -Ibench/cuda -I$(dirname "$(command -v nvcc)")/../include"
 gcc $CFLAGS -c tests/cuda/cuda_test_util.c -o "$B/util.o" || exit 1
 link() { nvcc -o "$1" "${@:2}" "$B/util.o" -L"$B" -linvar_cuda -lcublas -lm; }
 for t in tests/cuda/test_*.c; do
