@@ -9,10 +9,10 @@
 #      request equals its solo run, on a tiny generated model; its negative controls fail;
 #      fuzz_safetensors gets a third of the time)
 #   6. CUDA backend: compiled and linked when nvcc is present (nothing here runs it)
-# Run scripts/setup.sh once first. FUZZ_SECONDS (default 15) sets the time per fuzz target.
+# Run scripts/setup.sh once first. FUZZ_SECONDS (default 8) sets the time per fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+FUZZ_SECONDS=${FUZZ_SECONDS:-8}
 JOBS=$(nproc)
 passed=0
 failed=0
