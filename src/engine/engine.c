@@ -25,6 +25,8 @@
 #include "engine_internal.h"
 #include "engine_testing.h"
 #include "invar.h"
+#include "spec_ngram.h"
+#include "spec_rejection.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
 
@@ -41,6 +43,9 @@ typedef struct {
     int64_t n_hashed;           /* blocks of seq hashed so far */
     int64_t n_registered;       /* full computed blocks offered to the prefix cache */
     int64_t take;               /* tokens scheduled in the current step */
+    int32_t n_draft;            /* drafted tokens waiting in seq[n_seq, n_seq + n_draft) */
+    int64_t row0, n_rows;       /* this step's sampling rows: row0 .. row0 + n_rows - 1 */
+    int64_t n_emit;             /* of their tokens, those this step emits */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
@@ -66,8 +71,8 @@ struct invar_engine {
     backend *be;                /* the device: weights, forward pass, logits, sampling */
     backend_kv *kv;             /* its paged KV storage, indexed by the block pool's ids */
     block_pool pool;
-    sample_row *rows;           /* per logits row of a step: parameters and position */
-    invar_token_info *infos;    /* per logits row of a step */
+    sample_row *rows;           /* per sampling row of a step: parameters and position */
+    invar_token_info *infos;    /* per sampling row of a step */
     req_slot *slots;            /* by id, ascending */
     int64_t n_slots, cap_slots, n_holes;
     int64_t next_id;
@@ -79,6 +84,7 @@ struct invar_engine {
     int32_t *b_tokens, *b_pos, *b_logit_rows;
     const int32_t **b_tables;
     int64_t *b_logit_req;       /* ids of the sampling rows' requests */
+    int64_t *b_logit_pos;       /* the position each sampling row chooses a token for */
     int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
     request **b_plp_req;        /* valid until the step's callbacks run */
     float *b_plp_out;
@@ -86,6 +92,11 @@ struct invar_engine {
     void *cb_user;
     int64_t n_active;           /* queued or running */
     int64_t preemptions, tokens_computed, tokens_generated;
+    int64_t spec_steps, spec_drafted, spec_accepted;
+    invar_testing_drafter test_drafter; /* tests: replaces the real drafts */
+    void *test_drafter_user;
+    bool spec_rejection;        /* NEGATIVE CONTROL (tests): spec_rejection.h */
+    float *rej_logits, *rej_work;
     char error[256];
 };
 
@@ -141,21 +152,23 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     /* Row buffers hold a row per token (more than the backend's rows), so that a plan
      * over the backend's rows is caught before the forward, not by overwriting memory. */
     size_t T = (size_t)cfg.max_batch_tokens, L = T;
-    e->rows = malloc(sizeof(sample_row) * (size_t)cfg.max_batch);
-    e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
+    /* Sampling rows: one per running sequence, and one per drafted token it verifies. */
+    e->rows = malloc(sizeof(sample_row) * (size_t)max_logits);
+    e->infos = malloc(sizeof(invar_token_info) * (size_t)max_logits);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
     e->b_tokens = malloc(sizeof(int32_t) * T);
     e->b_pos = malloc(sizeof(int32_t) * T);
     e->b_tables = malloc(sizeof(*e->b_tables) * T);
     e->b_logit_rows = malloc(sizeof(int32_t) * L);
-    e->b_logit_req = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
+    e->b_logit_req = malloc(sizeof(int64_t) * L);
+    e->b_logit_pos = malloc(sizeof(int64_t) * L);
     e->b_plp_rows = malloc(sizeof(int32_t) * L);
     e->b_plp_tok = malloc(sizeof(int32_t) * L);
     e->b_plp_pos = malloc(sizeof(int32_t) * L);
     e->b_plp_req = malloc(sizeof(request *) * L);
     e->b_plp_out = malloc(sizeof(float) * L);
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
-        !e->b_logit_req || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
+        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
         FAIL("out of memory");
     *out = e;
     return 0;
@@ -237,6 +250,9 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_tables);
     free(e->b_logit_rows);
     free(e->b_logit_req);
+    free(e->b_logit_pos);
+    free(e->rej_logits);
+    free(e->rej_work);
     free(e->b_plp_rows);
     free(e->b_plp_tok);
     free(e->b_plp_pos);
@@ -293,6 +309,7 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
             snprintf(msg, cap, "token id %d out of range [0, %lld)", prompt[i], (long long)V);
             return msg;
         }
+    if (s->speculate == INVAR_SPEC_DRAFT) return "speculate=draft needs an engine with a draft model";
     int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
     if (need > e->pool.n_total) {
         snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
@@ -457,6 +474,45 @@ static void plan(invar_engine *e) {
             budget -= r->take;
             rows -= rows_for(r, r->take);
         }
+    /* Pass 2: the drafted tokens of decodes, a logits row each, from what is left, so that
+     * speculation never delays a prefill. */
+    for (int64_t i = 0; i < e->n_running && budget > 0 && rows > 0; i++) {
+        request *r = req_get(e, e->running[i]);
+        if (r->take != 1 || r->n_seq - r->n_cached != 1 || r->n_draft == 0) continue;
+        int64_t extra = r->n_draft < budget ? r->n_draft : budget;
+        if (extra > rows) extra = rows;
+        r->take += extra;
+        budget -= extra;
+        rows -= extra;
+    }
+}
+
+/* Drafted tokens a decoding request may verify this step: a step emits at most one token
+ * more than it verifies, and never past the request's end (cap_seq). */
+static int32_t draft_room(const request *r) {
+    if (r->samp.speculate == INVAR_SPEC_OFF || r->n_seq - r->n_cached != 1) return 0;
+    int64_t k = r->samp.spec_tokens > 0 ? r->samp.spec_tokens : INVAR_DEFAULT_SPEC_TOKENS;
+    int64_t room = r->cap_seq - r->n_seq - 1;
+    return (int32_t)(k < room ? k : room);
+}
+
+/* Each speculating decode's drafts, written after its sequence (seq has room up to cap_seq).
+ * What is drafted changes only how many tokens a step keeps, never which. */
+static void propose_drafts(invar_engine *e) {
+    const int64_t V = e->im->m->cfg.n_vocab;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        request *r = req_get(e, e->running[i]);
+        r->n_draft = 0;
+        const int32_t k = draft_room(r);
+        if (k <= 0) continue;
+        int32_t *out = r->seq + r->n_seq, n = 0;
+        if (e->test_drafter) n = e->test_drafter(e->test_drafter_user, r->id, r->seq, r->n_seq, k, out);
+        else if (r->samp.speculate == INVAR_SPEC_NGRAM) n = ngram_propose(r->seq, r->n_seq, k, out);
+        if (n > k) n = k;
+        int32_t valid = 0;
+        while (valid < n && out[valid] >= 0 && out[valid] < V) valid++;
+        r->n_draft = valid;
+    }
 }
 
 /* Gives every planned request the blocks its tokens need, preempting from the back of the
@@ -508,7 +564,7 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
 static int sample_rows(invar_engine *e, int64_t n_rows) {
     for (int64_t i = 0; i < n_rows; i++) {
         const request *r = req_get(e, e->b_logit_req[i]);
-        e->rows[i] = (sample_row){&r->samp, r->n_seq};
+        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i]};
     }
     return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
@@ -519,11 +575,14 @@ static int sample_rows(invar_engine *e, int64_t n_rows) {
 static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
     int64_t T = 0;
     *n_sample = *n_plp = 0;
+    for (int64_t i = 0; i < e->n_running; i++) req_get(e, e->running[i])->n_rows = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < e->n_running; i++) {
             request *r = req_get(e, e->running[i]);
-            if (r->take == 0 || (pass == 0) != (r->n_seq - r->n_cached == 1)) continue;
+            const bool decode = r->n_seq - r->n_cached == 1; /* its token and any drafts after it */
+            if (r->take == 0 || (pass == 0) != decode) continue;
             const int64_t p0 = plp_first(r), p1 = p0 + plp_rows(r, r->take);
+            r->row0 = *n_sample;
             for (int64_t j = 0; j < r->take; j++) {
                 int64_t p = r->n_cached + j;
                 if (p >= p0 && p < p1) {
@@ -535,14 +594,21 @@ static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
                 e->b_tokens[T] = r->seq[p];
                 e->b_pos[T] = (int32_t)p;
                 e->b_tables[T] = r->blocks;
+                if (decode) { /* every token of a decode chooses the token after it */
+                    e->b_logit_rows[*n_sample] = (int32_t)T;
+                    e->b_logit_pos[*n_sample] = p + 1;
+                    e->b_logit_req[(*n_sample)++] = r->id;
+                }
                 T++;
             }
             r->n_cached += r->take;
             r->take = 0;
-            if (r->n_cached == r->n_seq) {
+            if (!decode && r->n_cached == r->n_seq) {
                 e->b_logit_rows[*n_sample] = (int32_t)(T - 1);
+                e->b_logit_pos[*n_sample] = r->n_seq;
                 e->b_logit_req[(*n_sample)++] = r->id;
             }
+            r->n_rows = *n_sample - r->row0;
         }
     return T;
 }
@@ -557,8 +623,72 @@ static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
     }
 }
 
+/* Keeps the drafted tokens that equal the tokens chosen at their positions. Row j of a
+ * verifying request chose the token of position n_seq + j with the request's parameters and
+ * its (seed, position) draw, and its logits are the bits plain decoding computes there as
+ * long as every draft before it was kept (a token's logits do not depend on how its sequence
+ * was split into forwards). So the kept drafts and the first row after them are exactly the
+ * tokens plain decoding emits, and the rows after that are dropped. The dropped tokens' KV
+ * positions are rolled back: they are overwritten before anything attends to them, and the
+ * blocks past what the next step needs go back to the pool (they were never registered). */
+static int verify(invar_engine *e, request *r) {
+    const int64_t n_draft = r->n_rows - 1;
+    r->n_emit = r->n_rows > 0;
+    if (n_draft <= 0) return 0;
+    const int32_t *draft = r->seq + r->n_seq;
+    int64_t kept = 0;
+    if (e->spec_rejection && r->samp.temperature > 0.0f) { /* the negative control */
+        const int64_t V = e->im->m->cfg.n_vocab;
+        kept = spec_rejection_verify(e->rej_logits + r->row0 * V, V, &r->samp, r->n_seq, draft, n_draft,
+                                     e->infos + r->row0, e->rej_work);
+    } else {
+        while (kept < n_draft && e->infos[r->row0 + kept].token == draft[kept]) kept++;
+    }
+    e->spec_steps++;
+    e->spec_drafted += n_draft;
+    e->spec_accepted += kept;
+    r->n_cached = r->n_seq + kept; /* the last kept token's KV is in; the next step computes its successor's */
+    const int64_t keep = blocks_for(r->n_cached + 1);
+    while (r->n_blocks > keep) block_pool_release(&e->pool, r->blocks[--r->n_blocks]);
+    r->n_emit = kept + 1;
+    return 0;
+}
+
+/* The negative control reads the logits rows it decides on (tests only). */
+static int read_rejection_rows(invar_engine *e, int64_t n_sample) {
+    if (!e->spec_rejection || n_sample == 0) return 0;
+    const size_t V = (size_t)e->im->m->cfg.n_vocab;
+    if (!e->rej_logits) e->rej_logits = malloc(sizeof(float) * V * (size_t)e->max_logits);
+    if (!e->rej_work) e->rej_work = malloc(sizeof(float) * V);
+    if (!e->rej_logits || !e->rej_work) {
+        snprintf(e->be->error, sizeof e->be->error, "out of memory");
+        return -1;
+    }
+    return e->be->ops->read_logits(e->be, n_sample, e->rej_logits);
+}
+
+/* Emits each sampling row group's kept tokens in row order. A callback may cancel or
+ * release any request, so each token looks its request up again; a finished request
+ * (end-of-generation, max_tokens, a stop string that cancelled it) emits nothing more. */
+static void emit_rows(invar_engine *e, int64_t n_sample) {
+    for (int64_t i = 0; i < n_sample;) {
+        const int64_t id = e->b_logit_req[i];
+        int64_t end = i + 1;
+        while (end < n_sample && e->b_logit_req[end] == id) end++;
+        const request *r = req_get(e, id);
+        const int64_t n_emit = r ? r->n_emit : 0;
+        for (int64_t t = 0; t < n_emit; t++) {
+            request *q = req_get(e, id);
+            if (!q || q->state != REQ_RUNNING) break; /* cancelled or released by a callback */
+            emit(e, q, &e->infos[i + t]);
+        }
+        i = end;
+    }
+}
+
 static int step_locked(invar_engine *e) {
     admit(e);
+    propose_drafts(e);
     allocate(e);
     int64_t n_sample, n_plp;
     const int64_t T = build_batch(e, &n_sample, &n_plp);
@@ -571,18 +701,17 @@ static int step_locked(invar_engine *e) {
     memcpy(e->b_logit_rows + n_sample, e->b_plp_rows, sizeof(int32_t) * (size_t)n_plp);
     fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
     if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
-        (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out))) {
+        (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out)) ||
+        read_rejection_rows(e, n_sample)) {
         snprintf(e->error, sizeof e->error, "%s", e->be->error);
         return -1;
     }
     e->tokens_computed += T;
     store_prompt_logprobs(e, n_plp);
+    /* Verification first: blocks are registered only up to the tokens kept. */
+    for (int64_t i = 0; i < e->n_running; i++) verify(e, req_get(e, e->running[i]));
     for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, req_get(e, e->running[i]));
-    for (int64_t i = 0; i < n_sample; i++) {
-        request *r = req_get(e, e->b_logit_req[i]);
-        if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
-        emit(e, r, &e->infos[i]);
-    }
+    emit_rows(e, n_sample);
     return (int)e->n_active;
 }
 
@@ -638,6 +767,9 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
     s->preemptions = e->preemptions;
     s->tokens_computed = e->tokens_computed;
     s->tokens_generated = e->tokens_generated;
+    s->spec_steps = e->spec_steps;
+    s->spec_drafted = e->spec_drafted;
+    s->spec_accepted = e->spec_accepted;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -650,6 +782,19 @@ int64_t invar_engine_testing_request_slots(invar_engine *e) {
     int64_t n = e->cap_slots;
     pthread_mutex_unlock(&e->lock);
     return n;
+}
+
+void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn, void *user) {
+    pthread_mutex_lock(&e->lock);
+    e->test_drafter = fn;
+    e->test_drafter_user = user;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on) {
+    pthread_mutex_lock(&e->lock);
+    e->spec_rejection = on;
+    pthread_mutex_unlock(&e->lock);
 }
 
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
