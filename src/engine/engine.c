@@ -46,6 +46,8 @@ typedef struct {
     int32_t n_draft;            /* drafted tokens waiting in seq[n_seq, n_seq + n_draft) */
     int64_t row0, n_rows;       /* this step's sampling rows: row0 .. row0 + n_rows - 1 */
     int64_t n_emit;             /* of their tokens, those this step emits */
+    int32_t spec_misses;        /* verifications in a row that kept no draft */
+    int32_t spec_wait;          /* decode steps to run without drafts before trying again */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
@@ -489,8 +491,9 @@ static void plan(invar_engine *e) {
 
 /* Drafted tokens a decoding request may verify this step: a step emits at most one token
  * more than it verifies, and never past the request's end (cap_seq). */
-static int32_t draft_room(const request *r) {
+static int32_t draft_room(request *r) {
     if (r->samp.speculate == INVAR_SPEC_OFF || r->n_seq - r->n_cached != 1) return 0;
+    if (r->spec_wait > 0) return r->spec_wait--, 0;
     int64_t k = r->samp.spec_tokens > 0 ? r->samp.spec_tokens : INVAR_DEFAULT_SPEC_TOKENS;
     int64_t room = r->cap_seq - r->n_seq - 1;
     return (int32_t)(k < room ? k : room);
@@ -647,6 +650,10 @@ static int verify(invar_engine *e, request *r) {
     e->spec_steps++;
     e->spec_drafted += n_draft;
     e->spec_accepted += kept;
+    /* Drafts that keep failing (free text the sequence does not repeat) only cost their rows:
+     * back off exponentially, 1, 3, 7 ... up to 31 decode steps, until one is kept again. */
+    r->spec_misses = kept ? 0 : r->spec_misses < 5 ? r->spec_misses + 1 : 5;
+    r->spec_wait = (1 << r->spec_misses) - 1;
     r->n_cached = r->n_seq + kept; /* the last kept token's KV is in; the next step computes its successor's */
     const int64_t keep = blocks_for(r->n_cached + 1);
     while (r->n_blocks > keep) block_pool_release(&e->pool, r->blocks[--r->n_blocks]);
