@@ -25,6 +25,7 @@
 #include "engine_internal.h"
 #include "engine_testing.h"
 #include "invar.h"
+#include "spec_draft.h"
 #include "spec_ngram.h"
 #include "spec_rejection.h"
 
@@ -48,6 +49,7 @@ typedef struct {
     int64_t n_emit;             /* of their tokens, those this step emits */
     int32_t spec_misses;        /* verifications in a row that kept no draft */
     int32_t spec_wait;          /* decode steps to run without drafts before trying again */
+    draft_seq dseq;             /* its state in the draft model (INVAR_SPEC_DRAFT) */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
@@ -95,6 +97,8 @@ struct invar_engine {
     int64_t n_active;           /* queued or running */
     int64_t preemptions, tokens_computed, tokens_generated;
     int64_t spec_steps, spec_drafted, spec_accepted;
+    spec_draft *draft;          /* the draft model, if the config names one */
+    draft_job *draft_jobs;      /* per running sequence */
     invar_testing_drafter test_drafter; /* tests: replaces the real drafts */
     void *test_drafter_user;
     bool spec_rejection;        /* NEGATIVE CONTROL (tests): spec_rejection.h */
@@ -151,6 +155,15 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (n_blocks > INT32_MAX) FAIL("KV budget too large");
     if (e->be->ops->kv_create(e->be, n_blocks, &e->kv)) FAIL("%s", e->be->error);
     if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
+    /* The draft model's KV has as many blocks as the target's: every sequence the target
+     * holds fits (the draft has no prefix cache, so one that does not just drafts less). */
+    if (cfg.draft_model) {
+        if (spec_draft_create(cfg.draft_model->m, m, cfg.n_threads, cfg.max_batch_tokens, cfg.max_batch, n_blocks,
+                              &e->draft, berr, sizeof berr))
+            FAIL("%s", berr);
+        e->draft_jobs = malloc(sizeof(draft_job) * (size_t)cfg.max_batch);
+        if (!e->draft_jobs) FAIL("out of memory");
+    }
     /* Row buffers hold a row per token (more than the backend's rows), so that a plan
      * over the backend's rows is caught before the forward, not by overwriting memory. */
     size_t T = (size_t)cfg.max_batch_tokens, L = T;
@@ -181,6 +194,7 @@ static void request_free(request *r) {
     if (!r) return;
     free(r->seq);
     free(r->blocks);
+    free(r->dseq.blocks);
     free(r->hashes);
     free(r->plp);
     free(r->out);
@@ -244,6 +258,8 @@ void invar_engine_free(invar_engine *e) {
     if (e->be) e->be->ops->kv_destroy(e->be, e->kv);
     backend_destroy(e->be);
     block_pool_free(&e->pool);
+    spec_draft_free(e->draft);
+    free(e->draft_jobs);
     free(e->rows);
     free(e->infos);
     free(e->running);
@@ -281,6 +297,7 @@ static void release_blocks(invar_engine *e, request *r) {
     r->n_blocks = 0;
     r->n_cached = 0;
     r->n_registered = 0;
+    if (r->dseq.blocks) draft_seq_release(e->draft, &r->dseq);
 }
 
 static void finish(invar_engine *e, request *r, invar_finish why) {
@@ -311,7 +328,7 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
             snprintf(msg, cap, "token id %d out of range [0, %lld)", prompt[i], (long long)V);
             return msg;
         }
-    if (s->speculate == INVAR_SPEC_DRAFT) return "speculate=draft needs an engine with a draft model";
+    if (s->speculate == INVAR_SPEC_DRAFT && !e->draft) return "speculate=draft needs an engine with a draft model";
     int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
     if (need > e->pool.n_total) {
         snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
@@ -343,7 +360,9 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
     r->plp_want = s->prompt_logprobs ? n_prompt - 1 : 0;
     r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
-    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp))
+    if (s->speculate == INVAR_SPEC_DRAFT) r->dseq.blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
+    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp) ||
+        (s->speculate == INVAR_SPEC_DRAFT && !r->dseq.blocks))
         return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
     r->n_seq = n_prompt;
@@ -501,8 +520,9 @@ static int32_t draft_room(request *r) {
 
 /* Each speculating decode's drafts, written after its sequence (seq has room up to cap_seq).
  * What is drafted changes only how many tokens a step keeps, never which. */
-static void propose_drafts(invar_engine *e) {
+static int propose_drafts(invar_engine *e) {
     const int64_t V = e->im->m->cfg.n_vocab;
+    int64_t n_jobs = 0;
     for (int64_t i = 0; i < e->n_running; i++) {
         request *r = req_get(e, e->running[i]);
         r->n_draft = 0;
@@ -511,11 +531,19 @@ static void propose_drafts(invar_engine *e) {
         int32_t *out = r->seq + r->n_seq, n = 0;
         if (e->test_drafter) n = e->test_drafter(e->test_drafter_user, r->id, r->seq, r->n_seq, k, out);
         else if (r->samp.speculate == INVAR_SPEC_NGRAM) n = ngram_propose(r->seq, r->n_seq, k, out);
+        else e->draft_jobs[n_jobs++] = (draft_job){r->seq, r->n_seq, k, &r->dseq, 0}; /* batched below */
         if (n > k) n = k;
         int32_t valid = 0;
         while (valid < n && out[valid] >= 0 && out[valid] < V) valid++;
         r->n_draft = valid;
     }
+    if (n_jobs == 0) return 0;
+    if (spec_draft_propose(e->draft, e->draft_jobs, n_jobs, e->error, sizeof e->error)) return -1;
+    for (int64_t i = 0, j = 0; i < e->n_running && j < n_jobs; i++) {
+        request *r = req_get(e, e->running[i]);
+        if (&r->dseq == e->draft_jobs[j].ds) r->n_draft = e->draft_jobs[j++].n_out;
+    }
+    return 0;
 }
 
 /* Gives every planned request the blocks its tokens need, preempting from the back of the
@@ -634,10 +662,8 @@ static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
  * tokens plain decoding emits, and the rows after that are dropped. The dropped tokens' KV
  * positions are rolled back: they are overwritten before anything attends to them, and the
  * blocks past what the next step needs go back to the pool (they were never registered). */
-static int verify(invar_engine *e, request *r) {
+static void verify_drafts(invar_engine *e, request *r) {
     const int64_t n_draft = r->n_rows - 1;
-    r->n_emit = r->n_rows > 0;
-    if (n_draft <= 0) return 0;
     const int32_t *draft = r->seq + r->n_seq;
     int64_t kept = 0;
     if (e->spec_rejection && r->samp.temperature > 0.0f) { /* the negative control */
@@ -658,7 +684,14 @@ static int verify(invar_engine *e, request *r) {
     const int64_t keep = blocks_for(r->n_cached + 1);
     while (r->n_blocks > keep) block_pool_release(&e->pool, r->blocks[--r->n_blocks]);
     r->n_emit = kept + 1;
-    return 0;
+}
+
+/* Sets how many of a request's rows this step emits (its drafts' verification). */
+static void verify(invar_engine *e, request *r) {
+    r->n_emit = r->n_rows > 0;
+    if (r->n_rows > 1) verify_drafts(e, r);
+    /* The draft model's K/V past the kept tokens was computed for tokens that may change. */
+    if (r->dseq.blocks && r->n_rows > 0) draft_seq_rollback(e->draft, &r->dseq, r->n_cached);
 }
 
 /* The negative control reads the logits rows it decides on (tests only). */
@@ -695,7 +728,7 @@ static void emit_rows(invar_engine *e, int64_t n_sample) {
 
 static int step_locked(invar_engine *e) {
     admit(e);
-    propose_drafts(e);
+    if (propose_drafts(e)) return -1;
     allocate(e);
     int64_t n_sample, n_plp;
     const int64_t T = build_batch(e, &n_sample, &n_plp);

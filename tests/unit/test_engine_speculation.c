@@ -1,8 +1,9 @@
 /* Speculative decoding changes only the speed: on the default model, every request run with
  * speculation on equals, bitwise in token ids, logprobs and finish reason, the same request
  * decoded plainly alone (one sequence per step, one thread). Drafts: the real prompt lookup
- * (n-gram), an oracle that proposes plain decoding's own continuation (always agrees), a
- * mix that agrees about two times in three, and random tokens that rarely agree; greedy,
+ * (n-gram), the draft model (here the model itself), an oracle that proposes plain
+ * decoding's own continuation (always agrees), a mix that agrees about two times in three,
+ * and random tokens that rarely agree; greedy,
  * seeded temperature and seeded top-p; batches of 1 to 64 in random order with random
  * token budgets, K from 1 to 8, 1 and 2 threads; with the prefix cache, with preemption
  * forced by a small KV budget, max_tokens falling inside accepted runs, and a callback that
@@ -75,7 +76,7 @@ static const run_out *reference(int mode, int p) {
     return ref;
 }
 
-typedef enum { DRAFT_NGRAM, DRAFT_ORACLE, DRAFT_MIXED, DRAFT_RANDOM } draft_kind;
+typedef enum { DRAFT_NGRAM, DRAFT_ORACLE, DRAFT_MIXED, DRAFT_RANDOM, DRAFT_MODEL } draft_kind;
 
 /* Per engine: what each request id is, for the oracle-based drafters. */
 typedef struct {
@@ -135,13 +136,13 @@ static invar_engine_stats run(const req_spec *rq, const int *order, int n, const
     int64_t *n_prompt_of = calloc((size_t)n, sizeof *n_prompt_of), *ids = calloc((size_t)n, sizeof *ids);
     int64_t *cancel_at = calloc((size_t)n, sizeof *cancel_at), *seen = calloc((size_t)n, sizeof *seen);
     draft_ctx ctx = {kind, ref_of, n_prompt_of, seed | 1, cancel_at, seen, e};
-    if (kind != DRAFT_NGRAM) invar_engine_testing_set_drafter(e, drafter, &ctx);
+    if (kind != DRAFT_NGRAM && kind != DRAFT_MODEL) invar_engine_testing_set_drafter(e, drafter, &ctx);
     invar_engine_testing_set_spec_rejection(e, rejection);
     invar_engine_set_callback(e, cancel_cb, &ctx);
     for (int k = 0; k < n; k++) {
         const req_spec *q = &rq[order[k]];
         invar_sampling s = mode_sampling(q->mode, q->prompt, q->max_tokens);
-        s.speculate = spec_k ? INVAR_SPEC_NGRAM : INVAR_SPEC_OFF;
+        s.speculate = !spec_k ? INVAR_SPEC_OFF : kind == DRAFT_MODEL ? INVAR_SPEC_DRAFT : INVAR_SPEC_NGRAM;
         s.spec_tokens = spec_k;
         int64_t id = invar_engine_submit(e, g_prompts[q->prompt].ids, g_prompts[q->prompt].n, &s);
         assert_true(id >= 0 && id < n);
@@ -217,6 +218,8 @@ static int run_trial(const trial *t, int index, invar_engine_stats *st, int *n_c
     static const int budgets[] = {7, 33, 64, 512};
     cfg.max_batch_tokens = budgets[rnd(4)];
     if (t->small_kv) cfg.kv_blocks = 12, cfg.max_batch = n; /* a few requests' worth: preemption */
+    /* The model drafting for itself: it agrees at temperature 0, and often when sampling. */
+    if (t->kind == DRAFT_MODEL) cfg.draft_model = g_model;
     const int spec_k = 1 + rnd(8);
     *st = run(rq, order, n, &cfg, spec_k, t->kind, false, (uint64_t)index * 7919u, out);
     int bad = 0;
@@ -226,7 +229,7 @@ static int run_trial(const trial *t, int index, invar_engine_stats *st, int *n_c
     return bad;
 }
 
-static const char *kind_name[] = {"prompt lookup", "oracle", "mixed", "random"};
+static const char *kind_name[] = {"prompt lookup", "oracle", "mixed", "random", "draft model"};
 
 static void test_speculation_equals_plain(void **state) {
     (void)state;
@@ -234,12 +237,14 @@ static void test_speculation_equals_plain(void **state) {
         {1, DRAFT_NGRAM, false, false}, {1, DRAFT_ORACLE, false, false}, {1, DRAFT_RANDOM, false, false},
         {4, DRAFT_MIXED, false, true},  {9, DRAFT_NGRAM, false, false},  {17, DRAFT_ORACLE, false, true},
         {16, DRAFT_MIXED, true, false}, {64, DRAFT_MIXED, false, true},  {5, DRAFT_RANDOM, false, false},
+        {6, DRAFT_MODEL, false, true},  {8, DRAFT_MODEL, true, false},
     };
     static const trial brief[] = {
         {1, DRAFT_ORACLE, false, false}, {5, DRAFT_MIXED, true, true}, {4, DRAFT_NGRAM, false, false},
+        {3, DRAFT_MODEL, false, true},
     };
     const trial *tr = quick() ? brief : full;
-    const int n_trials = quick() ? 3 : (int)(sizeof full / sizeof full[0]);
+    const int n_trials = quick() ? (int)(sizeof brief / sizeof brief[0]) : (int)(sizeof full / sizeof full[0]);
     int bad = 0, compared = 0;
     int64_t preemptions = 0, prefix_hits = 0;
     for (int i = 0; i < n_trials; i++) {
@@ -256,6 +261,7 @@ static void test_speculation_equals_plain(void **state) {
         assert_true(st.spec_steps > 0); /* speculation ran */
         if (tr[i].kind == DRAFT_ORACLE && !tr[i].cancels) assert_int_equal(st.spec_accepted, st.spec_drafted);
         if (tr[i].kind == DRAFT_MIXED) assert_true(st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
+        if (tr[i].kind == DRAFT_MODEL) assert_true(st.spec_accepted > 0);
     }
     printf("# speculation on: %d/%d requests differ from plain decoding alone (%lld preemptions, %lld "
            "prefix-cache block hits)\n",
