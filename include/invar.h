@@ -120,6 +120,11 @@ typedef struct {
     const invar_model *draft_model; /* for INVAR_SPEC_DRAFT requests: a model sharing this one's
                                    vocabulary, run on the CPU with KV storage of its own; NULL =
                                    none. The caller keeps it alive while the engine lives. */
+    int32_t spec_step_tokens;   /* speculation: the most tokens a step's decodes carry together
+                                   with their drafts; drafts past it wait. 0 = the device's
+                                   default: CPU 8 (each extra token of a forward costs about a
+                                   quarter of a one-token forward, so drafts pay only in small
+                                   batches), CUDA 64 (untuned) */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 

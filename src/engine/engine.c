@@ -134,6 +134,8 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.max_batch <= 0) FAIL("max_batch must be > 0");
     if (cfg.max_batch_tokens < cfg.max_batch) cfg.max_batch_tokens = cfg.max_batch;
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
+    if (cfg.spec_step_tokens < 0) FAIL("spec_step_tokens must be >= 0");
+    if (cfg.spec_step_tokens == 0) cfg.spec_step_tokens = cfg.device == INVAR_DEVICE_CUDA ? 64 : 8;
     e->im = im;
     e->cfg = cfg;
     /* Logits rows: a step's sequences plus prompt-logprob rows, or a scoring chunk
@@ -496,12 +498,20 @@ static void plan(invar_engine *e) {
             rows -= rows_for(r, r->take);
         }
     /* Pass 2: the drafted tokens of decodes, a logits row each, from what is left, so that
-     * speculation never delays a prefill. */
-    for (int64_t i = 0; i < e->n_running && budget > 0 && rows > 0; i++) {
+     * speculation never delays a prefill, and within spec_step_tokens with the decodes, past
+     * which a forward's extra tokens cost more than the kept drafts save. */
+    int64_t spec = e->cfg.spec_step_tokens;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        const request *r = req_get(e, e->running[i]);
+        spec -= r->take == 1 && r->n_seq - r->n_cached == 1;
+    }
+    for (int64_t i = 0; i < e->n_running && budget > 0 && rows > 0 && spec > 0; i++) {
         request *r = req_get(e, e->running[i]);
         if (r->take != 1 || r->n_seq - r->n_cached != 1 || r->n_draft == 0) continue;
         int64_t extra = r->n_draft < budget ? r->n_draft : budget;
         if (extra > rows) extra = rows;
+        if (extra > spec) extra = spec;
+        spec -= extra;
         r->take += extra;
         budget -= extra;
         rows -= extra;

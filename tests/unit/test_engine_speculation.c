@@ -220,6 +220,7 @@ static int run_trial(const trial *t, int index, invar_engine_stats *st, int *n_c
     if (t->small_kv) cfg.kv_blocks = 12, cfg.max_batch = n; /* a few requests' worth: preemption */
     /* The model drafting for itself: it agrees at temperature 0, and often when sampling. */
     if (t->kind == DRAFT_MODEL) cfg.draft_model = g_model;
+    cfg.spec_step_tokens = index % 3 == 2 ? 0 : 256; /* the device's cap, or drafts for every decode */
     const int spec_k = 1 + rnd(8);
     *st = run(rq, order, n, &cfg, spec_k, t->kind, false, (uint64_t)index * 7919u, out);
     int bad = 0;
@@ -303,7 +304,9 @@ static void test_negative_control_rejection_sampling(void **state) {
     invar_engine_config_default(&cfg);
     cfg.n_threads = 2;
     cfg.max_batch = 2 * N_PROMPTS;
-    run(rq, order, 2 * N_PROMPTS, &cfg, 4, DRAFT_ORACLE, true, 3, out);
+    cfg.spec_step_tokens = 256;
+    invar_engine_stats st = run(rq, order, 2 * N_PROMPTS, &cfg, 4, DRAFT_ORACLE, true, 3, out);
+    assert_true(st.spec_steps > 0);
     int sampled_bad = 0, greedy_bad = 0;
     for (int i = 0; i < 2 * N_PROMPTS; i++) {
         int b = !matches_reference(&rq[i], &out[i]);
