@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_spec.h"
 #include "request_json.h"
 
 static const char *HELP =
@@ -23,6 +24,7 @@ static const char *HELP =
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
     "  --timing               add per-request timing (first token, done) to each result\n"
+    CLI_SPEC_HELP
     CLI_ENGINE_HELP
     "\n"
     "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
@@ -40,6 +42,7 @@ typedef struct {
     bool timing;
     const char *out_name;
     bool write_failed;         /* a result was lost: nothing more is written */
+    const cli_spec *spec;       /* every request's speculation (command line) */
 } batch_ctx;
 
 static void write_failed(batch_ctx *c, int err) {
@@ -102,6 +105,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
             if (id) c->ids[i] = cJSON_Duplicate(id, 1);
             bad = request_from_json(c->m, o, j, err, sizeof err);
+            if (!bad) cli_spec_apply(c->spec, &j->samp);
             cJSON_Delete(o);
         }
         if (bad) {
@@ -118,6 +122,7 @@ int cmd_batch(int argc, char **argv) {
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     bool timing = false;
+    cli_spec sp = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -128,6 +133,7 @@ int cmd_batch(int argc, char **argv) {
         }
         const char *name = a + 2, *val = argv[++i];
         int r = cli_engine_opt(&cfg, name, val);
+        if (r == 0) r = cli_spec_opt(&sp, &cfg, name, val);
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
         if (!strcmp(name, "model")) model_path = val;
@@ -143,6 +149,8 @@ int cmd_batch(int argc, char **argv) {
     batch_ctx c = {0};
     c.timing = timing;
     c.m = cli_load_model(model_path);
+    c.spec = &sp;
+    if (c.m && cli_spec_load(&sp, &cfg)) invar_model_free(c.m), c.m = NULL;
     if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
     int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;
     if (in != stdin) fclose(in);
@@ -194,5 +202,6 @@ int cmd_batch(int argc, char **argv) {
         rc = EXIT_IO;
     }
     invar_model_free(c.m);
+    cli_spec_free(&sp);
     return rc;
 }

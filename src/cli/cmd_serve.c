@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_spec.h"
 #include "server/server.h"
 
 static const char *HELP =
@@ -30,6 +31,7 @@ static const char *HELP =
     "  --idle-timeout-s N     close a connection silent for N s (default 30)\n"
     "  --request-timeout-s N  close a connection whose request is not all in after N s (default 15)\n"
     "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
+    CLI_SPEC_HELP
     CLI_ENGINE_HELP;
 
 static const char *basename_of(const char *p) {
@@ -71,6 +73,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t per_ip = 0, max_open = 0, idle_s = 30, request_s = 15; /* 0: derived below */
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -80,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
         }
         const char *name = a + 2, *val = argv[++i];
         int r = cli_engine_opt(&cfg, name, val);
+        if (r == 0) r = cli_spec_opt(&spec, &cfg, name, val);
         bool ok = true;
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
@@ -107,14 +111,21 @@ int cmd_serve(int argc, char **argv) {
     const char *path = cli_model_path(model_opt);
     invar_model *m = cli_load_model(model_opt);
     if (!m) return EXIT_MODEL;
+    if (cli_spec_load(&spec, &cfg)) {
+        invar_model_free(m);
+        return EXIT_MODEL;
+    }
     char err[256];
     srv_state s;
     memset(&s, 0, sizeof s);
     s.model = m;
+    s.spec_mode = spec.mode;
+    s.spec_tokens = spec.tokens;
     /* The name goes into JSON (and is matched against requests): valid UTF-8 only. */
     char *name = utf8_sanitize(basename_of(path), strlen(basename_of(path)));
     if (!name) {
         invar_model_free(m);
+        cli_spec_free(&spec);
         return EXIT_IO;
     }
     s.model_name = name;
@@ -134,6 +145,7 @@ int cmd_serve(int argc, char **argv) {
     if (invar_engine_create(m, &cfg, &s.engine, err, sizeof err)) {
         fprintf(stderr, "invar serve: %s\n", err);
         invar_model_free(m);
+        cli_spec_free(&spec);
         free(name);
         return EXIT_USAGE;
     }
@@ -182,6 +194,7 @@ out:
     if (engine_up) srv_engine_stop(&s);
     invar_engine_free(s.engine);
     invar_model_free(m);
+    cli_spec_free(&spec);
     free(s.pending);
     free(name);
     if (rc == EXIT_OK) fprintf(stderr, "invar serve: stopped\n");

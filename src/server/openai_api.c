@@ -317,6 +317,8 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
     int rc = -1;
     invar_sampling sp;
     invar_sampling_default(&sp);
+    sp.speculate = s->spec_mode;
+    sp.spec_tokens = s->spec_tokens;
     int64_t max_tokens = -1;
     if (!cJSON_IsObject(o)) {
         api_error_set(e, 400, "invalid_request_error", NULL, "invalid_type", "The body must be a JSON object");
