@@ -40,13 +40,13 @@ int cli_spec_load(cli_spec *sp, invar_engine_config *cfg) {
         char err[512];
         if (invar_model_load(sp->draft_path, &sp->draft, err, sizeof err)) {
             fprintf(stderr, "invar: cannot load draft model '%s': %s\n", sp->draft_path, err);
-            return -1;
+            return EXIT_MODEL;
         }
         cfg->draft_model = sp->draft;
         if (!sp->mode_set) sp->mode = INVAR_SPEC_DRAFT;
     } else if (sp->mode == INVAR_SPEC_DRAFT) {
         fprintf(stderr, "invar: --speculate draft needs --draft-model PATH\n");
-        return -1;
+        return EXIT_USAGE;
     }
     return 0;
 }

@@ -17,7 +17,8 @@ typedef struct {
  * --spec-step-tokens N: 1 if it consumed the option, 0 if not one of these, -1 on a bad value. */
 int cli_spec_opt(cli_spec *sp, invar_engine_config *cfg, const char *name, const char *val);
 /* Loads the draft model into cfg (if named); --speculate draft without one is an error,
- * and a draft model alone turns speculation on with it. 0, or -1 after printing why. */
+ * and a draft model alone turns speculation on with it. 0, or after printing why the exit
+ * status: EXIT_USAGE, or EXIT_MODEL when the draft model does not load. */
 int cli_spec_load(cli_spec *sp, invar_engine_config *cfg);
 /* The command line's speculation as a request's default. */
 void cli_spec_apply(const cli_spec *sp, invar_sampling *s);

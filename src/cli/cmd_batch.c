@@ -150,8 +150,12 @@ int cmd_batch(int argc, char **argv) {
     c.timing = timing;
     c.m = cli_load_model(model_path);
     c.spec = &sp;
-    if (c.m && cli_spec_load(&sp, &cfg)) invar_model_free(c.m), c.m = NULL;
-    if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
+    int spec_rc = c.m ? cli_spec_load(&sp, &cfg) : EXIT_MODEL;
+    if (spec_rc) {
+        invar_model_free(c.m);
+        if (in != stdin) fclose(in);
+        return spec_rc;
+    }
     int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;
     if (in != stdin) fclose(in);
     if (rc == EXIT_OK && out_path) {

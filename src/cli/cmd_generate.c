@@ -87,9 +87,10 @@ int cmd_generate(int argc, char **argv) {
     if (!prompt) { fprintf(stderr, "invar generate: no prompt given (see --help)\n"); return EXIT_USAGE; }
     invar_model *m = cli_load_model(model_path);
     if (!m) return EXIT_MODEL;
-    if (cli_spec_load(&sp, &cfg)) {
+    int spec_rc = cli_spec_load(&sp, &cfg);
+    if (spec_rc) {
         invar_model_free(m);
-        return EXIT_MODEL;
+        return spec_rc;
     }
     cli_spec_apply(&sp, &s);
     char err[256] = "tokenization failed";

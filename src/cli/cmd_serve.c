@@ -111,9 +111,10 @@ int cmd_serve(int argc, char **argv) {
     const char *path = cli_model_path(model_opt);
     invar_model *m = cli_load_model(model_opt);
     if (!m) return EXIT_MODEL;
-    if (cli_spec_load(&spec, &cfg)) {
+    int spec_rc = cli_spec_load(&spec, &cfg);
+    if (spec_rc) {
         invar_model_free(m);
-        return EXIT_MODEL;
+        return spec_rc;
     }
     char err[256];
     srv_state s;
