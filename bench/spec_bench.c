@@ -1,7 +1,9 @@
 /* One measurement of speculative decoding: N concurrent sequences of a workload, decoded
  * plainly or with speculation, through the library (bench/spec_bench.py runs it and
- * aggregates). Prints one JSON line: decode tokens/s (from the step at which every sequence
- * has its first token to the end, so prefill is left out), acceptance, tokens per sequence
+ * aggregates). Prints one JSON line: decode tokens per second of wall time and of the
+ * process's CPU time (from the step at which every sequence has its first token to the end,
+ * so prefill is left out; on a shared machine CPU time is the steadier measure of one
+ * thread), acceptance, tokens per sequence
  * forward, and a hash of every token id and logprob so runs can be compared bit for bit.
  *
  * usage: spec_bench MODEL WORKLOAD N_SEQS off|ngram|draft K MAX_TOKENS THREADS [DRAFT_MODEL]
@@ -71,9 +73,9 @@ static const char *free_prompts[N_VARIANTS] = {
     "Give me some advice on learning to cook.",
 };
 
-static double now(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -153,7 +155,7 @@ int main(int argc, char **argv) {
     invar_engine_get_stats(e, &s0);
     int64_t tok0 = 0, seq_steps = 0;
     for (int i = 0; i < n; i++) tok0 += c.tokens_of[i];
-    const double t0 = now();
+    const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     while (left > 0) {
         c.step_seqs = 0;
         c.last_id = -1;
@@ -161,7 +163,7 @@ int main(int argc, char **argv) {
         if (left < 0) return fprintf(stderr, "%s\n", invar_engine_error(e)), 1;
         seq_steps += c.step_seqs;
     }
-    const double dt = now() - t0;
+    const double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     invar_engine_stats s1;
     invar_engine_get_stats(e, &s1);
     int64_t tok1 = 0;
@@ -178,10 +180,12 @@ int main(int argc, char **argv) {
     const int64_t decoded = tok1 - tok0, drafted = s1.spec_drafted - s0.spec_drafted,
                   kept = s1.spec_accepted - s0.spec_accepted;
     printf("{\"workload\": \"%s\", \"n_seqs\": %d, \"mode\": \"%s\", \"k\": %d, \"threads\": %d, "
-           "\"decode_tokens\": %lld, \"decode_s\": %.6f, \"tokens_per_s\": %.3f, \"drafted\": %lld, "
+           "\"decode_tokens\": %lld, \"decode_s\": %.6f, \"tokens_per_s\": %.3f, \"decode_cpu_s\": %.6f, "
+           "\"tokens_per_cpu_s\": %.3f, \"drafted\": %lld, "
            "\"accepted\": %lld, \"acceptance\": %.4f, \"tokens_per_seq_forward\": %.4f, "
            "\"output_hash\": \"%016llx\"}\n",
-           workload, n, argv[4], k, threads, (long long)decoded, dt, dt > 0 ? (double)decoded / dt : 0.0,
+           workload, n, argv[4], k, threads, (long long)decoded, dt, dt > 0 ? (double)decoded / dt : 0.0, cpu,
+           cpu > 0 ? (double)decoded / cpu : 0.0,
            (long long)drafted, (long long)kept, drafted ? (double)kept / (double)drafted : 0.0,
            seq_steps ? (double)decoded / (double)seq_steps : 0.0, (unsigned long long)h);
     free(c.tokens_of);

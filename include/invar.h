@@ -122,9 +122,9 @@ typedef struct {
                                    none. The caller keeps it alive while the engine lives. */
     int32_t spec_step_tokens;   /* speculation: the most tokens a step's decodes carry together
                                    with their drafts; drafts past it wait. 0 = the device's
-                                   default: CPU 8 (each extra token of a forward costs about a
-                                   quarter of a one-token forward, so drafts pay only in small
-                                   batches), CUDA 64 (untuned) */
+                                   default: CPU 4 (a forward of 2, 3, 4 tokens costs about 1.3,
+                                   1.5, 1.6 one-token forwards, of 5 already 2.3: drafts pay
+                                   only for one to three sequences), CUDA 64 (untuned) */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 

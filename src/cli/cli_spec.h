@@ -31,6 +31,6 @@ void cli_spec_free(cli_spec *sp);
     "  --spec-tokens K        drafted tokens verified per step, 1..16 (default 4)\n" \
     "  --draft-model PATH     a smaller GGUF sharing the model's vocabulary that drafts tokens\n" \
     "                         (implies --speculate draft unless --speculate is given)\n" \
-    "  --spec-step-tokens N   most tokens a step's decodes carry with their drafts (default: CPU 8)\n"
+    "  --spec-step-tokens N   most tokens a step's decodes carry with their drafts (default: CPU 4)\n"
 
 #endif

@@ -135,7 +135,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.max_batch_tokens < cfg.max_batch) cfg.max_batch_tokens = cfg.max_batch;
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
     if (cfg.spec_step_tokens < 0) FAIL("spec_step_tokens must be >= 0");
-    if (cfg.spec_step_tokens == 0) cfg.spec_step_tokens = cfg.device == INVAR_DEVICE_CUDA ? 64 : 8;
+    if (cfg.spec_step_tokens == 0) cfg.spec_step_tokens = cfg.device == INVAR_DEVICE_CUDA ? 64 : 4;
     e->im = im;
     e->cfg = cfg;
     /* Logits rows: a step's sequences plus prompt-logprob rows, or a scoring chunk
@@ -524,6 +524,7 @@ static int32_t draft_room(request *r) {
     if (r->samp.speculate == INVAR_SPEC_OFF || r->n_seq - r->n_cached != 1) return 0;
     if (r->spec_wait > 0) return r->spec_wait--, 0;
     int64_t k = r->samp.spec_tokens > 0 ? r->samp.spec_tokens : INVAR_DEFAULT_SPEC_TOKENS;
+    if (r->spec_misses > 0) k = 1; /* after a miss, a one-token probe: the cheapest forward */
     int64_t room = r->cap_seq - r->n_seq - 1;
     return (int32_t)(k < room ? k : room);
 }
