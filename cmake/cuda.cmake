@@ -25,8 +25,8 @@ set_target_properties(invar_cuda PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDE
 target_compile_options(invar_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:${INVAR_CUDA_GENCODE} -O3 -std=c++17 -Xptxas=-warn-spills
     -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
-target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include
-  PRIVATE ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+target_include_directories(invar_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include)
+invar_layer_headers(invar_cuda src/kernels/cuda) # "kernels/cuda/file.h", as every layer
 target_link_libraries(invar_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
 
 # Targets made before this file (the layers, the CLI) link CUDA through invar_backend but
@@ -44,7 +44,7 @@ file(GLOB INVAR_CUDA_TEST_COMMON CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cud
 foreach(t ${INVAR_CUDA_TESTS})
   get_filename_component(tname ${t} NAME_WE)
   add_executable(${tname} ${t} ${INVAR_CUDA_TEST_COMMON})
-  target_include_directories(${tname} PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+  target_include_directories(${tname} PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
   target_link_libraries(${tname} PRIVATE invar_cuda m)
   if(INVAR_TESTS)
     add_test(NAME ${tname} COMMAND ${tname})
@@ -55,7 +55,7 @@ endforeach()
 file(GLOB INVAR_CUDA_BENCH CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/bench/cuda/*.c)
 if(INVAR_CUDA_BENCH)
   add_executable(bench_cuda ${INVAR_CUDA_BENCH} ${INVAR_CUDA_TEST_COMMON})
-  target_include_directories(bench_cuda PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda ${CMAKE_SOURCE_DIR}/src/kernels/cuda)
+  target_include_directories(bench_cuda PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
   target_link_libraries(bench_cuda PRIVATE invar_cuda m)
 endif()
 

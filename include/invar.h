@@ -22,7 +22,9 @@ typedef struct invar_model invar_model;
 typedef struct invar_engine invar_engine;
 
 /* ---- model ---------------------------------------------------------------------- */
-int invar_model_load(const char *gguf_path, invar_model **out, char *err, size_t errlen);
+/* path: a GGUF file, or a Hugging Face model directory (config.json, safetensors,
+ * tokenizer.json; docs/models.md). 0, or -1 with a one-line message in err. */
+int invar_model_load(const char *path, invar_model **out, char *err, size_t errlen);
 void invar_model_free(invar_model *m);
 const char *invar_model_arch(const invar_model *m);
 int32_t invar_model_n_vocab(const invar_model *m);

@@ -21,7 +21,7 @@ echo "== build =="
 GENCODE="-gencode=arch=compute_90a,code=sm_90a"
 pids=()
 for f in src/kernels/cuda/*.cu; do
-  nvcc -c -O3 -std=c++17 $GENCODE -Xptxas -v -Xptxas -warn-spills -Iinclude -Isrc/kernels/cuda \
+  nvcc -c -O3 -std=c++17 $GENCODE -Xptxas -v -Xptxas -warn-spills -Iinclude -Isrc \
     "$f" -o "$B/$(basename "$f" .cu).o" > "$B/$(basename "$f" .cu).ptxas.txt" 2>&1 &
   pids+=($!)
 done
@@ -30,7 +30,7 @@ cat "$B"/*.ptxas.txt | grep -E "error|warning|Compiling entry|registers|spill" |
 [ $status = 0 ] || { echo "BUILD FAILED"; cat "$B"/*.ptxas.txt; exit 1; }
 rm -f "$B/libinvar_cuda.a"
 ar rcs "$B/libinvar_cuda.a" "$B"/*.o
-CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Itests/cuda -Ibench/cuda -I$(dirname "$(command -v nvcc)")/../include"
+CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc -Itests/cuda -Ibench/cuda -I$(dirname "$(command -v nvcc)")/../include"
 gcc $CFLAGS -c tests/cuda/cuda_test_util.c -o "$B/util.o" || exit 1
 link() { nvcc -o "$1" "${@:2}" "$B/util.o" -L"$B" -linvar_cuda -lcublas -lm; }
 for t in tests/cuda/test_*.c; do

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include "cuda_test_util.h"
 #include "invar_cuda.h"
-#include "invar_cuda_testing.h"
+#include "kernels/cuda/invar_cuda_testing.h"
 
 typedef void (*bench_fn)(void *arg);
 double bench_time_ms(bench_fn fn, void *arg, int reps);

@@ -1,5 +1,5 @@
 /* Backend selection. */
-#include "backend.h"
+#include "backend/backend.h"
 
 #include <stdio.h>
 

@@ -16,8 +16,8 @@
 #define INVAR_BACKEND_H
 #include <stddef.h>
 #include <stdint.h>
-#include "../model/batch.h"
-#include "../model/model.h"
+#include "model/batch.h"
+#include "model/model.h"
 #include "invar.h"
 
 typedef struct {
@@ -80,7 +80,7 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
 
 /* Tests only: the CPU backend's matmul (negative controls swap in a non-invariant one).
  * Returns -1 for a backend that is not the CPU's. */
-#include "../model/forward.h"
+#include "model/forward.h"
 int backend_cpu_set_matmul(backend *b, matmul_fn fn);
 /* Tests only: the CPU backend's attention split (ATTN_SPLIT_BY_BATCH, attention.h, is a
  * negative control whose split boundaries follow the number of tokens in the forward). -1

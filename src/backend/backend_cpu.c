@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "../kernels/cpu/rowops.h"
-#include "../sampling/sampler.h"
-#include "backend.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rowops.h"
+#include "sampling/sampler.h"
+#include "backend/backend.h"
 
 typedef struct {
     backend base;

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "../sampling/sampler.h"
-#include "../kernels/cuda/invar_cuda_testing.h" /* the SPLIT_BY_M control GEMM */
-#include "cuda_backend.h"
+#include "kernels/cpu/attention.h"
+#include "sampling/sampler.h"
+#include "kernels/cuda/invar_cuda_testing.h" /* the SPLIT_BY_M control GEMM */
+#include "backend/cuda_backend.h"
 
 _Static_assert(INVAR_CUDA_PAGE == KV_BLOCK, "the engine's KV blocks are the kernels' pages");
 _Static_assert(INVAR_CUDA_SAMPLE_TOP == INVAR_MAX_TOP_LOGPROBS, "the device sampler returns every alternative");

@@ -1,7 +1,7 @@
 /* Stands in for the CUDA backend in builds without CUDA. */
 #include <stdio.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #ifndef INVAR_HAVE_CUDA
 int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen) {

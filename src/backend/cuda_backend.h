@@ -2,9 +2,9 @@
  * cuda_graphs.c (decode steps captured as CUDA graphs). Private to src/backend. */
 #ifndef INVAR_CUDA_BACKEND_H
 #define INVAR_CUDA_BACKEND_H
-#include "backend.h"
-#include "cuda_step.h"
-#include "cuda_weights.h"
+#include "backend/backend.h"
+#include "backend/cuda_step.h"
+#include "backend/cuda_weights.h"
 #include "invar_cuda.h"
 
 typedef struct {

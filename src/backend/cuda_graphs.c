@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../kernels/cpu/attention.h" /* KV_BLOCK */
-#include "cuda_backend.h"
+#include "kernels/cpu/attention.h" /* KV_BLOCK */
+#include "backend/cuda_backend.h"
 
 #define GRAPH_MAX_BUCKETS 32
 #define GRAPH_MAX_ROWS 256

@@ -1,6 +1,6 @@
 /* Step staging for the CUDA backend (cuda_step.h). */
 #ifdef INVAR_HAVE_CUDA
-#include "cuda_step.h"
+#include "backend/cuda_step.h"
 
 #include <cuda_runtime_api.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * activations are stacked (q/k/v, gate/up): a GEMM element depends only on its row of W and
  * K, so stacking changes no bit. Conversion runs row-parallel on the host. */
 #ifdef INVAR_HAVE_CUDA
-#include "cuda_weights.h"
+#include "backend/cuda_weights.h"
 
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/quant.h"
+#include "formats/quant.h"
 
 typedef struct {
     const cpu_weight *w;

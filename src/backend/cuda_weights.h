@@ -3,8 +3,8 @@
 #define INVAR_CUDA_WEIGHTS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "../kernels/cpu/threadpool.h"
-#include "../model/model.h"
+#include "kernels/cpu/threadpool.h"
+#include "model/model.h"
 
 typedef struct {
     uint16_t *wqkv;             /* [(n_head + 2 n_head_kv) head_dim][n_embd]: q, k, v rows stacked */

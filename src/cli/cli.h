@@ -37,19 +37,11 @@ bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool parse_f32(const char *s, float *out);
 bool parse_u64(const char *s, uint64_t *out);
 
-/* Text of generated tokens (end-of-generation tokens dropped), as valid UTF-8 (invalid
- * bytes become U+FFFD). malloc'd. */
-char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n);
-/* Replaces invalid UTF-8 with U+FFFD; malloc'd. */
-char *utf8_sanitize(const char *s, size_t len);
 
 /* Ends writing to f: flushes it (buffered writes fail only then), checks its error flag,
  * and closes it unless it is stdout. Prints "invar CMD: cannot write NAME: reason" and
  * returns -1 if any byte written to f may have been lost. */
 int cli_finish_output(FILE *f, const char *cmd, const char *name);
-
-/* float32 printed with the fewest digits that read back to the same float. */
-void format_f32(char *buf, size_t cap, float v);
 
 /* A terminal progress bar on stderr (no-op when stderr is not a terminal). */
 typedef struct {
@@ -60,7 +52,6 @@ typedef struct {
 void progress_start(progress *p, int64_t total);
 void progress_update(progress *p, int64_t done, int64_t tokens);
 void progress_end(progress *p);
-double now_seconds(void);
 
 int cmd_generate(int argc, char **argv);
 int cmd_batch(int argc, char **argv);

@@ -2,10 +2,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common/clock.h"
 
 static char g_path[4096];
 
@@ -123,72 +123,6 @@ int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
     return 0;
 }
 
-static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-char *utf8_sanitize(const char *s, size_t len) {
-    char *out = malloc(len * 3 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        size_t l = utf8_valid_len((const unsigned char *)s + i, len - i);
-        if (l) {
-            memcpy(out + o, s + i, l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    out[o] = 0;
-    return out;
-}
-
-char *cli_tokens_text(const invar_model *m, const invar_token_info *toks, int64_t n) {
-    size_t cap = 256, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    for (int64_t i = 0; i < n; i++) {
-        if (invar_token_is_eog(m, toks[i].token)) continue;
-        for (;;) {
-            int b = invar_token_bytes(m, toks[i].token, buf + len, cap - len);
-            if (b < 0) break;
-            if ((size_t)b <= cap - len) {
-                len += (size_t)b;
-                break;
-            }
-            cap = cap * 2 + (size_t)b;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-        }
-    }
-    char *clean = utf8_sanitize(buf, len);
-    free(buf);
-    return clean;
-}
-
 int cli_finish_output(FILE *f, const char *cmd, const char *name) {
     errno = 0;
     bool bad = fflush(f) != 0 || ferror(f);
@@ -200,23 +134,6 @@ int cli_finish_output(FILE *f, const char *cmd, const char *name) {
     if (!bad) return 0;
     fprintf(stderr, "invar %s: cannot write %s: %s\n", cmd, name, saved ? strerror(saved) : "write error");
     return -1;
-}
-
-void format_f32(char *buf, size_t cap, float v) {
-    if (!isfinite(v)) {
-        snprintf(buf, cap, v < 0 ? "-1e309" : "1e309"); /* JSON has no inf: read back as +-inf */
-        return;
-    }
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, cap, "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v) return;
-    }
-}
-
-double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void progress_start(progress *p, int64_t total) {

@@ -1,9 +1,9 @@
-#include "cli_spec.h"
+#include "cli/cli_spec.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 int cli_spec_opt(cli_spec *sp, invar_engine_config *cfg, const char *name, const char *val) {
     int64_t v;

@@ -3,24 +3,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_spec.h"
-#include "request_json.h"
+#include "cli/batch_json.h"
+#include "cli/cli_spec.h"
+#include "request/request.h"
 
 static const char *HELP =
     "usage: invar batch [options] [--input FILE] [--output FILE]\n"
     "\n"
     "Reads one JSON request per line and writes one JSON result per line, in input order.\n"
-    "Request fields: id (echoed), prompt (text; special tokens such as <|im_start|> parsed\n"
-    "unless parse_special is false) or messages ([{role, content}], the model's chat template\n"
-    "applied; special tokens only in the template's markup, never in contents), max_tokens (default 64),\n"
-    "temperature (default 0 = greedy), top_k, top_p, min_p, seed, logprobs (number of top\n"
-    "alternatives per token, 0-20), ignore_eos (keep generating past end-of-text).\n"
+    "Request fields: id (echoed), prompt (text, special tokens such as <|im_start|> parsed\n"
+    "unless parse_special is false; or an array of token ids) or messages ([{role, content}],\n"
+    "content a string or [{type: \"text\", text}] parts; the model's chat template applied,\n"
+    "special tokens only in the template's markup, never in contents), max_tokens (1-2^24,\n"
+    "default 64; with messages also max_completion_tokens), temperature (0-100, default 0 =\n"
+    "greedy), top_k (-1 or 0 = off), top_p (0-1], min_p [0-1], seed (0-2^53), logprobs (number\n"
+    "of top alternatives per token, 0-20), ignore_eos (keep generating past end-of-text).\n"
+    "The same rules as invar serve's (one decoder reads both; docs/server.md).\n"
     "Result fields: id, token_ids, logprobs (float32, printed to round-trip exactly), text,\n"
     "finish_reason (stop|length), prompt_tokens, top_logprobs; or id, line, error.\n"
     "A bad line gets an error result; the other requests are unaffected.\n"
     "\n"
     "options:\n"
-    "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
+    "  --model PATH           GGUF file or Hugging Face directory (default: the bundled\n"
+    "                         SmolLM2-135M-Instruct)\n"
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
     "  --timing               add per-request timing (first token, done) to each result\n"
@@ -95,7 +100,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
         memset(j, 0, sizeof *j);
         c->lines[i] = lineno;
         bool trailing = false;
-        cJSON *o = json_parse_whole(line, (size_t)len, &trailing);
+        cJSON *o = req_parse_json(line, (size_t)len, &trailing);
         c->ids[i] = NULL;
         char err[256];
         const char *bad;
@@ -104,8 +109,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
         } else {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
             if (id) c->ids[i] = cJSON_Duplicate(id, 1);
-            bad = request_from_json(c->m, o, j, err, sizeof err);
-            if (!bad) cli_spec_apply(c->spec, &j->samp);
+            bad = batch_request(c->m, o, c->spec, j, err, sizeof err);
             cJSON_Delete(o);
         }
         if (bad) {

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/jobs.h"
+#include "common/clock.h"
+#include "request/token_text.h"
 
 static const char *HELP =
     "usage: invar demo [--model PATH] [--max-tokens N] [--threads N]\n"
@@ -107,7 +109,7 @@ int cmd_demo(int argc, char **argv) {
         bool ok = same_output(&alone[i], &batched[i]);
         same += ok;
         toks += alone[i].n_toks;
-        char *text = cli_tokens_text(m, alone[i].toks, alone[i].n_toks);
+        char *text = req_tokens_text(m, alone[i].toks, alone[i].n_toks);
         printf("\n[%lld] %s  (%s)\n> %s\n%s\n", (long long)i, PROMPTS[i % N_PROMPTS],
                i < N_PROMPTS ? "greedy" : "T=0.8, top_p=0.95, seeded", text ? text : "",
                ok ? "  alone == batched: identical token ids and logprobs (bitwise)"

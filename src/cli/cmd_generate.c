@@ -3,8 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_spec.h"
-#include "request_json.h"
+#include "cli/cli_spec.h"
+#include "cli/jobs.h"
+#include "common/clock.h"
+#include "request/token_text.h"
 
 static const char *HELP =
     "usage: invar generate [options] PROMPT\n"
@@ -12,7 +14,8 @@ static const char *HELP =
     "Generates a continuation of PROMPT and streams it to stdout.\n"
     "\n"
     "options:\n"
-    "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
+    "  --model PATH           GGUF file or Hugging Face directory (default: the bundled\n"
+    "                         SmolLM2-135M-Instruct)\n"
     "  --chat                 treat PROMPT as a user message and apply the chat template\n"
     "                         (special-token text in PROMPT and --system is then plain text)\n"
     "  --system TEXT          system message (with --chat)\n"
@@ -102,7 +105,7 @@ int cmd_generate(int argc, char **argv) {
                                     err, sizeof err);
         if (r == -1) { fprintf(stderr, "invar generate: %s\n", err); invar_model_free(m); return EXIT_USAGE; }
     } else {
-        j.prompt = tokenize_alloc(m, prompt, special, &j.n_prompt);
+        j.prompt = req_tokenize(m, prompt, special, &j.n_prompt);
     }
     int rc = EXIT_OK;
     invar_engine *e = NULL;

@@ -2,7 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/cli.h"
+#include "common/float_format.h"
 
 static const char *HELP =
     "usage: invar score [--model PATH] [--threads N] [--device cpu|cuda] PROMPT CONTINUATION\n"

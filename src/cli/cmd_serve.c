@@ -9,8 +9,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "cli_spec.h"
+#include "cli/cli.h"
+#include "cli/cli_spec.h"
+#include "common/clock.h"
+#include "common/utf8.h"
 #include "server/server.h"
 
 static const char *HELP =
@@ -21,7 +23,8 @@ static const char *HELP =
     "GET /health, GET /metrics (Prometheus). See docs/server.md.\n"
     "\n"
     "options:\n"
-    "  --model PATH           GGUF model (default: the bundled SmolLM2-135M-Instruct)\n"
+    "  --model PATH           GGUF file or Hugging Face directory (default: the bundled\n"
+    "                         SmolLM2-135M-Instruct)\n"
     "  --host ADDR            IPv4 address to listen on (default 127.0.0.1)\n"
     "  --port N               TCP port (default 8080)\n"
     "  --max-connections N    concurrent completion requests; more get 429 (default 256)\n"
@@ -34,9 +37,13 @@ static const char *HELP =
     CLI_SPEC_HELP
     CLI_ENGINE_HELP;
 
-static const char *basename_of(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
+/* The last path component, *len bytes (a directory's "DIR/" names DIR). */
+static const char *basename_of(const char *p, size_t *len) {
+    size_t n = strlen(p), b;
+    while (n > 1 && p[n - 1] == '/') n--;
+    for (b = n; b > 0 && p[b - 1] != '/'; b--) {}
+    *len = n - b;
+    return p + b;
 }
 
 static void wait_idle(srv_state *s, double seconds) {
@@ -123,7 +130,9 @@ int cmd_serve(int argc, char **argv) {
     s.spec_mode = spec.mode;
     s.spec_tokens = spec.tokens;
     /* The name goes into JSON (and is matched against requests): valid UTF-8 only. */
-    char *name = utf8_sanitize(basename_of(path), strlen(basename_of(path)));
+    size_t name_len;
+    const char *base = basename_of(path, &name_len);
+    char *name = utf8_sanitize(base, name_len);
     if (!name) {
         invar_model_free(m);
         cli_spec_free(&spec);

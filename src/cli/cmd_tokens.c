@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request_json.h"
+#include "cli/cli.h"
 
 static const char *TOKENIZE_HELP =
     "usage: invar tokenize [--model PATH] [--no-special] TEXT\n"

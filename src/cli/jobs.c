@@ -1,7 +1,9 @@
-#include "jobs.h"
+#include "cli/jobs.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/clock.h"
 
 void job_clear(job *j) {
     free(j->prompt);

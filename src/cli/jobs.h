@@ -2,7 +2,7 @@
 #ifndef INVAR_CLI_JOBS_H
 #define INVAR_CLI_JOBS_H
 #include <stdint.h>
-#include "cli.h"
+#include "cli/cli.h"
 
 typedef struct {
     int32_t *prompt;            /* owned */

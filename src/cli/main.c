@@ -1,7 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 static const char *USAGE =
     "invar: a batch-invariant LLM inference engine\n"

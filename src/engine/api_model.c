@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/model.h"
-#include "../tokenizer/chat.h"
-#include "engine_internal.h"
+#include "model/model.h"
+#include "tokenizer/chat.h"
+#include "engine/engine_internal.h"
 #include "invar.h"
 
 int invar_model_load(const char *path, invar_model **out, char *err, size_t errlen) {
@@ -41,11 +41,27 @@ int invar_token_bytes(const invar_model *im, int32_t id, char *buf, size_t cap) 
 
 bool invar_token_is_eog(const invar_model *im, int32_t id) { return tokenizer_is_eog(im->m->tok, id); }
 
+/* The model's own template, whichever file it came from. */
+static int render(const invar_model *im, const invar_chat_message *msgs, size_t n, bool add_generation_prompt,
+                  char **text, tok_span **markup, size_t *n_markup, char *err, size_t errlen) {
+    const char *tmpl;
+    size_t tlen;
+    if (!model_chat_template(im->m, &tmpl, &tlen)) {
+        *text = NULL;
+        if (err && errlen) snprintf(err, errlen, "chat: the model has no chat template");
+        return CHAT_ERR_REQUEST;
+    }
+    return chat_render_marked_template(tmpl, tlen, (const chat_message *)msgs, n, add_generation_prompt, text, markup,
+                                       n_markup, err, errlen);
+}
+
 char *invar_chat_render(const invar_model *im, const invar_chat_message *msgs, size_t n,
                         bool add_generation_prompt, char *err, size_t errlen) {
     /* invar_chat_message and chat_message have the same layout by design. */
     _Static_assert(sizeof(invar_chat_message) == sizeof(chat_message), "chat message layout");
-    return chat_render(im->m->gguf, (const chat_message *)msgs, n, add_generation_prompt, err, errlen);
+    char *text;
+    if (render(im, msgs, n, add_generation_prompt, &text, NULL, NULL, err, errlen) == 0) return text;
+    return NULL;
 }
 
 /* Byte-level BPE gives at most one token per byte, plus BOS: one pass nearly always fits. */
@@ -77,8 +93,7 @@ int invar_chat_tokenize(const invar_model *im, const invar_chat_message *msgs, s
     char *text;
     tok_span *markup;
     size_t n_markup;
-    int rc = chat_render_marked(im->m->gguf, (const chat_message *)msgs, n, add_generation_prompt, &text, &markup,
-                                &n_markup, err, errlen);
+    int rc = render(im, msgs, n, add_generation_prompt, &text, &markup, &n_markup, err, errlen);
     if (rc) return rc == CHAT_ERR_NOMEM ? -2 : -1;
     *ids = encode_marked_alloc(im->m->tok, text, markup, n_markup, n_ids);
     free(markup);

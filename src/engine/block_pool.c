@@ -1,4 +1,4 @@
-#include "block_pool.h"
+#include "engine/block_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,16 +18,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
-#include "../kernels/cpu/attention.h"
-#include "../sampling/sampler.h"
-#include "block_pool.h"
-#include "engine_internal.h"
-#include "engine_testing.h"
+#include "backend/backend.h"
+#include "kernels/cpu/attention.h"
+#include "sampling/sampler.h"
+#include "engine/block_pool.h"
+#include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
+#include "engine/spec_draft.h"
+#include "engine/spec_ngram.h"
+#include "engine/spec_rejection.h"
 #include "invar.h"
-#include "spec_draft.h"
-#include "spec_ngram.h"
-#include "spec_rejection.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
 

@@ -1,7 +1,7 @@
 #ifndef INVAR_ENGINE_INTERNAL_H
 #define INVAR_ENGINE_INTERNAL_H
-#include "../backend/backend.h"
-#include "../model/model.h"
+#include "backend/backend.h"
+#include "model/model.h"
 
 struct invar_model {
     model *m;

@@ -1,7 +1,7 @@
 /* Hooks for tests only (negative controls). Not part of the public API. */
 #ifndef INVAR_ENGINE_TESTING_H
 #define INVAR_ENGINE_TESTING_H
-#include "../model/forward.h"
+#include "model/forward.h"
 #include "invar.h"
 
 /* Swaps the CPU backend's matmul; -1 for an engine on another device. */

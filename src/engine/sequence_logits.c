@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "engine_internal.h"
-#include "engine_testing.h"
+#include "kernels/cpu/attention.h"
+#include "engine/engine_internal.h"
+#include "engine/engine_testing.h"
 #include "invar.h"
 
 typedef struct {

@@ -1,11 +1,11 @@
-#include "spec_draft.h"
+#include "engine/spec_draft.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "../tokenizer/tokenizer.h"
+#include "kernels/cpu/attention.h"
+#include "tokenizer/tokenizer.h"
 
 struct spec_draft {
     backend *be;

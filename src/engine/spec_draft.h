@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../backend/backend.h"
-#include "block_pool.h"
+#include "backend/backend.h"
+#include "engine/block_pool.h"
 
 /* A sequence's state in the draft model. */
 typedef struct {

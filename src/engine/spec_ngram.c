@@ -1,4 +1,4 @@
-#include "spec_ngram.h"
+#include "engine/spec_ngram.h"
 
 #include <string.h>
 

@@ -1,8 +1,8 @@
-#include "spec_rejection.h"
+#include "engine/spec_rejection.h"
 
-#include "../kernels/cpu/rowops.h"
-#include "../sampling/rng.h"
-#include "../sampling/sampler.h"
+#include "kernels/cpu/rowops.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
 
 /* A different stream from the sampler's draws, for the accept/reject coin. */
 #define COIN_SALT 0x5bd1e9955bd1e995ULL

@@ -3,22 +3,27 @@
  * unaligned; the float operation order is fixed so every path can reproduce it. */
 #include "formats/quant.h"
 
+#include "formats/dequant.h"
+
 #include <math.h>
 #include <string.h>
 
 static uint16_t rd_u16le(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static float rd_f16(const uint8_t *p) { return fp16_to_f32(rd_u16le(p)); }
 
-static void dequant_f16(const uint8_t *x, float *y, int64_t n) {
+/* Element types: a block is one element. */
+void dequant_f32(const uint8_t *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+
+void dequant_f16(const uint8_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = fp16_to_f32(rd_u16le(x + 2 * i));
 }
 
-static void dequant_bf16(const uint8_t *x, float *y, int64_t n) {
+void dequant_bf16(const uint8_t *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32(rd_u16le(x + 2 * i));
 }
 
 /* Q8_0: 32 int8 q with one f16 scale d: y = q*d. */
-static void dequant_q8_0(const uint8_t *x, float *y, int64_t nb) {
+void dequant_q8_0(const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 34, y += 32) {
         float d = rd_f16(x);
         for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
@@ -26,7 +31,7 @@ static void dequant_q8_0(const uint8_t *x, float *y, int64_t nb) {
 }
 
 /* Q4_0: 16 bytes of nibbles; low nibble of byte j is element j, high nibble j+16. y = (q-8)*d. */
-static void dequant_q4_0(const uint8_t *x, float *y, int64_t nb) {
+void dequant_q4_0(const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 18, y += 32) {
         float d = rd_f16(x);
         const uint8_t *qs = x + 2;
@@ -38,7 +43,7 @@ static void dequant_q4_0(const uint8_t *x, float *y, int64_t nb) {
 }
 
 /* Q4_1: like Q4_0 but unsigned nibbles with a min: y = q*d + m. */
-static void dequant_q4_1(const uint8_t *x, float *y, int64_t nb) {
+void dequant_q4_1(const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 20, y += 32) {
         float d = rd_f16(x), m = rd_f16(x + 2);
         const uint8_t *qs = x + 4;
@@ -65,7 +70,7 @@ void quant_q4_K_scale_min(const uint8_t *scales, int j, uint8_t *sc, uint8_t *mn
 /* Q4_K: 256 elements = 4 chunks of 64; each chunk's 32 bytes give its first 32
  * elements (low nibbles, sub-block 2c) and next 32 (high nibbles, sub-block 2c+1).
  * y = (d*sc)*q - (dmin*mn). */
-static void dequant_q4_K(const uint8_t *x, float *y, int64_t nb) {
+void dequant_q4_K(const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 144) {
         float d = rd_f16(x), dmin = rd_f16(x + 2);
         const uint8_t *scales = x + 4, *q = x + 16;
@@ -84,7 +89,7 @@ static void dequant_q4_K(const uint8_t *x, float *y, int64_t nb) {
 /* Q6_K: 6-bit q = 4 low bits (ql) + 2 high bits (qh), minus 32; int8 scale per 16
  * elements; y = (d*sc)*q. Two halves of 128; within a half, element l+32*k takes
  * ql[l] (k=0,2: low/high nibble) or ql[l+32] (k=1,3) and bits 2k..2k+1 of qh[l]. */
-static void dequant_q6_K(const uint8_t *x, float *y, int64_t nb) {
+void dequant_q6_K(const uint8_t *x, float *y, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 210) {
         const uint8_t *ql = x, *qh = x + 128;
         const int8_t *sc = (const int8_t *)(x + 192);
@@ -106,19 +111,11 @@ static void dequant_q6_K(const uint8_t *x, float *y, int64_t nb) {
 }
 
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
-    const uint8_t *x = src;
     if (n <= 0) return;
-    switch (type) {
-    case INVAR_T_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case INVAR_T_F16: dequant_f16(x, dst, n); break;
-    case INVAR_T_BF16: dequant_bf16(x, dst, n); break;
-    case INVAR_T_Q8_0: dequant_q8_0(x, dst, n / 32); break;
-    case INVAR_T_Q4_0: dequant_q4_0(x, dst, n / 32); break;
-    case INVAR_T_Q4_1: dequant_q4_1(x, dst, n / 32); break;
-    case INVAR_T_Q4_K: dequant_q4_K(x, dst, n / 256); break;
-    case INVAR_T_Q6_K: dequant_q6_K(x, dst, n / 256); break;
-    default: /* unsupported: callers check quant_type_supported first */
+    const quant_traits *t = quant_traits_of(type);
+    if (!t || !t->dequant) { /* unsupported: callers check quant_type_supported first */
         for (int64_t i = 0; i < n; i++) dst[i] = NAN;
-        break;
+        return;
     }
+    t->dequant(src, dst, n / t->block_elems);
 }

@@ -13,11 +13,33 @@ enum {
     INVAR_T_Q6_K = 14, INVAR_T_Q8_K = 15, INVAR_T_BF16 = 30
 };
 
-/* Block geometry for every type the parser may meet (so sizes can be validated
- * even for types we cannot compute with). Returns false for unknown ids. */
+/* One row per ggml type id: what every layer needs to know about a weight type. The
+ * kernels keep their own table keyed by the same ids (kernels/cpu/matmul_traits.c) and
+ * point into this one; adding a type is a row in each, and the tests iterate both. */
+typedef struct {
+    const char *name;
+    uint16_t block_elems; /* 0: unknown or retired id (quant_traits_of gives NULL) */
+    uint16_t block_bytes;
+    /* Alignment (bytes) a tensor of this type must start at: its element or block struct's. */
+    uint8_t align;
+    /* Reference dequantisation of nb blocks (src any alignment); NULL: the engine cannot
+     * compute with this type (the parser still validates its sizes). */
+    void (*dequant)(const uint8_t *src, float *dst, int64_t nb);
+} quant_traits;
+
+#define QUANT_TYPE_END 40 /* every known id is below this */
+/* Indexed by id; an unknown id's row is all zero. Exposed so that other tables can point
+ * at a row in their static initialisers; look ids up with quant_traits_of. */
+extern const quant_traits quant_type_table[QUANT_TYPE_END];
+/* The row of a known id, or NULL. */
+const quant_traits *quant_traits_of(uint32_t type);
+
+/* Conveniences over the table. */
+/* Block geometry and name; false for unknown ids. Any out pointer may be NULL. */
 bool quant_type_info(uint32_t type, size_t *block_elems, size_t *block_bytes, const char **name);
-/* Alignment (bytes) a tensor of this type must start at: its element or block struct's.
- * 0 for unknown ids. */
+/* The type's name, or "unknown" (for error messages). */
+const char *quant_type_name(uint32_t type);
+/* Alignment of a tensor of this type (see quant_traits.align); 0 for unknown ids. */
 size_t quant_type_align(uint32_t type);
 /* True if dequant_row (and so the model) supports this type. */
 bool quant_type_supported(uint32_t type);

@@ -1,10 +1,13 @@
-/* Hyperparameters of a Llama-family model, read from GGUF metadata. */
+/* Hyperparameters of a Llama-family model, read from GGUF metadata or a Hugging Face
+ * config.json. */
 #ifndef INVAR_MODEL_CONFIG_H
 #define INVAR_MODEL_CONFIG_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
+#include <cjson/cJSON.h>
+
+#include "formats/gguf.h"
 
 /* Bounds on the hyperparameters a GGUF may claim (docs/architecture.md). Sizes the loader
  * allocates before any tensor can vouch for them derive from these: the RoPE table is
@@ -29,5 +32,9 @@ typedef struct {
 } model_config;
 
 int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen);
+/* From a parsed config.json; *tied: tie_word_embeddings; *vocab_size: vocab_size (0 if
+ * absent), which the embedding rows must equal. */
+int model_config_read_hf(const cJSON *cfg, model_config *c, bool *tied, int64_t *vocab_size, char *err,
+                         size_t errlen);
 
 #endif

@@ -1,11 +1,11 @@
-#include "forward.h"
+#include "model/forward.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/attention.h"
-#include "../kernels/cpu/rowops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rowops.h"
 
 struct fwd_state {
     int64_t max_tokens, max_logits;

@@ -5,10 +5,10 @@
 #ifndef INVAR_FORWARD_H
 #define INVAR_FORWARD_H
 #include <stdint.h>
-#include "../kernels/cpu/attention.h"
-#include "../kernels/cpu/threadpool.h"
-#include "batch.h"
-#include "model.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/threadpool.h"
+#include "model/batch.h"
+#include "model/model.h"
 
 /* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and for V
  * (layout inside a block: attention.h). */

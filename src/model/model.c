@@ -1,17 +1,19 @@
-#include "model.h"
+#include "model/model.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#include "../formats/quant.h"
-#include "rope_table.h"
+#include "formats/json_file.h"
+#include "formats/quant.h"
+#include "model/rope_table.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 
 static const gguf_tensor *find(const model *m, const char *name) {
-    return gguf_find_tensor(m->gguf, name);
+    return m->hf ? hf_weights_find(m->hf, name) : gguf_find_tensor(m->gguf, name);
 }
 
 static int check_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, char *err, size_t errlen) {
@@ -30,13 +32,7 @@ static int bind_matrix(model *m, cpu_weight *w, const char *name, int64_t k, int
     const gguf_tensor *t = find(m, name);
     if (!t) FAIL("missing tensor %s", name);
     if (check_shape(t, k, n, err, errlen)) return -1;
-    if (!quant_type_supported(t->type)) {
-        const char *tn = "?";
-        size_t be, bb;
-        quant_type_info(t->type, &be, &bb, &tn);
-        FAIL("tensor %s has unsupported type %s", name, tn);
-    }
-    char e2[200];
+    char e2[200]; /* an unsupported type is refused (and named) by cpu_weight_view */
     if (cpu_weight_view(w, t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", name, e2);
     return 0;
 }
@@ -51,7 +47,8 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
         return 0;
     }
     if (check_shape(t, n, 1, err, errlen)) return -1;
-    if (!quant_type_supported(t->type) || quant_row_bytes(t->type, n) == 0) FAIL("tensor %s: unsupported type", name);
+    if (!quant_type_supported(t->type) || quant_row_bytes(t->type, n) == 0)
+        FAIL("tensor %s: unsupported type %s (ggml type %u)", name, quant_type_name(t->type), (unsigned)t->type);
     *out = malloc(sizeof(float) * (size_t)n);
     if (!*out) FAIL("out of memory");
     dequant_row(t->type, t->data, *out, n);
@@ -84,16 +81,52 @@ static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
     return 0;
 }
 
+static int open_gguf(model *m, const char *path, char *err, size_t errlen) {
+    return gguf_open(path, &m->gguf, err, errlen) || model_config_read(m->gguf, &m->cfg, err, errlen) ||
+           tokenizer_load(m->gguf, &m->tok, err, errlen) ? -1 : 0;
+}
+
+#define MAX_CONFIG_JSON (16u << 20)
+
+/* config.json, the safetensors as GGUF-named views, tokenizer.json and the chat template. */
+static int open_hf(model *m, const char *dir, char *err, size_t errlen) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path) FAIL("%s: path too long", dir);
+    bool absent;
+    cJSON *cfg = json_file_read(path, MAX_CONFIG_JSON, &absent, err, errlen);
+    if (!cfg && absent) FAIL("%s is a directory without config.json (a Hugging Face model directory has one; "
+                             "docs/models.md)", dir);
+    if (!cfg) return -1;
+    bool tied = false;
+    int64_t vocab_size = 0;
+    int rc = model_config_read_hf(cfg, &m->cfg, &tied, &vocab_size, err, errlen);
+    cJSON_Delete(cfg);
+    if (rc) return -1;
+    if (hf_weights_open(dir, &m->cfg, tied, &m->hf, err, errlen)) return -1;
+    const gguf_tensor *e = find(m, "token_embd.weight");
+    if (!e || e->n_dims != 2) FAIL("model.embed_tokens.weight is missing or not a matrix");
+    if (vocab_size && vocab_size != e->ne[1])
+        FAIL("config.json: vocab_size %lld != %lld embedding rows", (long long)vocab_size, (long long)e->ne[1]);
+    if (e->ne[1] > INT32_MAX / 2) FAIL("too many embedding rows");
+    return tokenizer_load_hf(dir, (int32_t)e->ne[1], &m->tok, err, errlen) ||
+           tokenizer_hf_chat_template(dir, &m->hf_chat_template, err, errlen) ? -1 : 0;
+}
+
+static bool is_directory(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int load_all(model *m, const char *path, char *err, size_t errlen) {
-    if (gguf_open(path, &m->gguf, err, errlen)) return -1;
-    if (model_config_read(m->gguf, &m->cfg, err, errlen)) return -1;
+    if (is_directory(path) ? open_hf(m, path, err, errlen) : open_gguf(m, path, err, errlen)) return -1;
     model_config *c = &m->cfg;
-    if (tokenizer_load(m->gguf, &m->tok, err, errlen)) return -1;
 
     m->tok_embd = find(m, "token_embd.weight");
     if (!m->tok_embd) FAIL("missing tensor token_embd.weight");
     if (m->tok_embd->n_dims != 2 || m->tok_embd->ne[0] != c->n_embd) FAIL("token_embd.weight has the wrong shape");
-    if (!quant_type_supported(m->tok_embd->type)) FAIL("token_embd.weight has an unsupported type");
+    if (!quant_type_supported(m->tok_embd->type))
+        FAIL("token_embd.weight: unsupported type %s (ggml type %u)", quant_type_name(m->tok_embd->type),
+             (unsigned)m->tok_embd->type);
     c->n_vocab = m->tok_embd->ne[1];
     if (tokenizer_n_vocab(m->tok) != c->n_vocab)
         FAIL("vocabulary size mismatch: tokenizer %d, embeddings %lld", tokenizer_n_vocab(m->tok),
@@ -165,8 +198,19 @@ void model_free(model *m) {
     free(m->rope_cs);
     tokenizer_free(m->tok);
     gguf_close(m->gguf);
+    hf_weights_close(m->hf);
+    free(m->hf_chat_template);
     pthread_mutex_destroy(&m->bind_lock);
     free(m);
+}
+
+bool model_chat_template(const model *m, const char **tmpl, size_t *len) {
+    if (m->hf) {
+        *tmpl = m->hf_chat_template;
+        *len = *tmpl ? strlen(*tmpl) : 0;
+        return *tmpl != NULL;
+    }
+    return gguf_get_str(m->gguf, "tokenizer.chat_template", tmpl, len);
 }
 
 void model_embed(const model *m, int32_t token, float *out) {

@@ -1,15 +1,16 @@
-/* A loaded model: GGUF mapping, config, tokenizer, validated weight views (bound for the
- * CPU kernels on demand). */
+/* A loaded model: a GGUF file or a Hugging Face directory (config, tokenizer, validated
+ * weight views, bound for the CPU kernels on demand). Both give the same structures. */
 #ifndef INVAR_MODEL_H
 #define INVAR_MODEL_H
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
-#include "../kernels/cpu/matmul.h"
-#include "../tokenizer/tokenizer.h"
-#include "config.h"
+#include "formats/gguf.h"
+#include "kernels/cpu/matmul.h"
+#include "tokenizer/tokenizer.h"
+#include "model/config.h"
+#include "model/hf_weights.h"
 
 typedef struct {
     cpu_weight wq, wk, wv, wo, gate, up, down;
@@ -19,7 +20,9 @@ typedef struct {
 } layer_weights;
 
 typedef struct model {
-    gguf_file *gguf;
+    gguf_file *gguf;            /* a GGUF model, or NULL */
+    hf_weights *hf;             /* a Hugging Face directory, or NULL */
+    char *hf_chat_template;     /* the directory's chat template, or NULL */
     model_config cfg;
     tokenizer *tok;
     const gguf_tensor *tok_embd;
@@ -32,7 +35,11 @@ typedef struct model {
     bool cpu_bound;             /* the CPU kernels' repacked weights exist */
 } model;
 
+/* path: a GGUF file, or a Hugging Face model directory (config.json, safetensors,
+ * tokenizer.json: docs/models.md). */
 int model_load(const char *path, model **out, char *err, size_t errlen);
+/* The chat template (Jinja source) the model ships; false if it has none. */
+bool model_chat_template(const model *m, const char **tmpl, size_t *len);
 void model_free(model *m);
 /* Makes the CPU matmul's repacked copies of every weight (once; thread-safe). A model
  * that only runs on another backend never pays for them. */

@@ -1,4 +1,4 @@
-#include "rope_table.h"
+#include "model/rope_table.h"
 
 #include <math.h>
 #include <stdlib.h>

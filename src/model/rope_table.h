@@ -1,8 +1,8 @@
 #ifndef INVAR_ROPE_TABLE_H
 #define INVAR_ROPE_TABLE_H
 #include <stdint.h>
-#include "../formats/gguf.h"
-#include "config.h"
+#include "formats/gguf.h"
+#include "model/config.h"
 
 /* The one RoPE table: cos/sin for every position and frequency, computed in double
  * once at load and shared by every token, so no path recomputes angles differently.

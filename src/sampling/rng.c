@@ -1,4 +1,4 @@
-#include "rng.h"
+#include "sampling/rng.h"
 
 /* SplitMix64 finaliser: a bijective 64-bit mixer with full avalanche. */
 static uint64_t mix64(uint64_t z) {

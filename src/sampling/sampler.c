@@ -1,11 +1,11 @@
-#include "sampler.h"
+#include "sampling/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "../kernels/cpu/rowops.h"
-#include "rng.h"
+#include "kernels/cpu/rowops.h"
+#include "sampling/rng.h"
 
 const char *sampler_check(const invar_sampling *s) {
     if (s->max_tokens <= 0) return "max_tokens must be > 0";

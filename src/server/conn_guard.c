@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "common/clock.h"
 #include "server/server.h"
 
 struct srv_conn {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "common/clock.h"
 #include "server/server.h"
 
 srv_call *srv_call_new(int n) {

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "common/clock.h"
 #include "server/openai_api.h"
 #include "server/server.h"
 

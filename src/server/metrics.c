@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli/cli.h"
+#include "common/clock.h"
 #include "server/server.h"
 
 const double SRV_LATENCY_BOUNDS[SRV_LATENCY_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};

@@ -1,5 +1,6 @@
-/* OpenAI API bodies: parsing /v1/completions and /v1/chat/completions requests, and
- * writing responses, stream chunks and error objects (cJSON; logprobs as raw float32 text). */
+/* OpenAI API bodies: parsing /v1/completions and /v1/chat/completions requests
+ * (openai_request.c, the shared fields through src/request/), and writing responses, stream
+ * chunks and error objects (openai_api.c; cJSON, logprobs as raw float32 text). */
 #ifndef INVAR_SERVER_OPENAI_API_H
 #define INVAR_SERVER_OPENAI_API_H
 #include <stdbool.h>

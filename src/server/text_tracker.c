@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "common/utf8.h"
 
 void tt_init(text_tracker *t, const char *const *stops, int n_stops) {
     memset(t, 0, sizeof *t);

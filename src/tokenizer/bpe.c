@@ -4,7 +4,8 @@
  * so long pieces (runs of spaces, minified code) do not go quadratic. */
 #include <stdlib.h>
 
-#include "tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_tables.h"
 
 struct bpe_heap_entry {
     int32_t rank;
@@ -40,6 +41,7 @@ void bpe_scratch_free(bpe_scratch *s) {
     free(s->prev);
     free(s->next);
     free(s->heap);
+    free(s->text);
     *s = (bpe_scratch){0};
 }
 
@@ -53,7 +55,8 @@ static int scratch_reserve(bpe_scratch *s, size_t n) {
     g.next = malloc(cap * sizeof *g.next);
     /* Each merge queues at most two new pairs: n-1 initial + 2(n-1) later. */
     g.heap = malloc(3 * cap * sizeof *g.heap);
-    if (!g.ids || !g.prev || !g.next || !g.heap) {
+    g.text = malloc(2 * cap); /* byte_to_codepoint stays below U+0800: 2 UTF-8 bytes */
+    if (!g.ids || !g.prev || !g.next || !g.heap || !g.text) {
         bpe_scratch_free(&g);
         return -1;
     }
@@ -113,12 +116,23 @@ int bpe_encode_piece(const struct tokenizer *t, bpe_scratch *s, const unsigned c
         return 0;
     }
     if (len > INT32_MAX / 4 || scratch_reserve(s, len) != 0) return -1;
+    if (t->ignore_merges) {
+        /* A piece that is itself an ordinary vocabulary token is that token, merges or not
+         * (Hugging Face BPE's ignore_merges; Llama-3's tokenizer.json sets it). */
+        size_t tl = 0;
+        for (size_t i = 0; i < len; i++) tl += (size_t)utf8_encode(byte_to_codepoint(piece[i]), (unsigned char *)s->text + tl);
+        int32_t id = tok_lookup(t, s->text, tl);
+        if (id >= 0 && t->type[id] != TOKTYPE_CONTROL && t->type[id] != TOKTYPE_USER_DEFINED) {
+            emit(ctx, id);
+            return 0;
+        }
+    }
     /* Bytes without a token (a vocabulary may lack e.g. 0xFF) become the unknown token;
-     * adjacent ones fuse into a single unknown, as Hugging Face's BPE does (fuse_unk). */
+     * with fuse_unk adjacent ones fuse into a single unknown (Hugging Face BPE's option). */
     int32_t n = 0;
     for (size_t i = 0; i < len; i++) {
         int32_t id = t->byte_id[piece[i]];
-        if (id < 0 && n > 0 && s->ids[n - 1] < 0) continue;
+        if (id < 0 && n > 0 && s->ids[n - 1] < 0 && t->fuse_unk) continue;
         s->ids[n] = id;
         s->prev[n] = n - 1;
         s->next[n] = -1;

@@ -1,7 +1,7 @@
 /* Chat templates rendered in C. The Jinja template in the GGUF is not executed: its
  * family is recognised from its markers and the family's format is produced here,
  * taking any template-specific text (the default system prompt) from the template. */
-#include "chat.h"
+#include "tokenizer/chat.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,8 +4,8 @@
 #define INVAR_CHAT_H
 #include <stdbool.h>
 #include <stddef.h>
-#include "../formats/gguf.h"
-#include "tokenizer.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char *role;     /* "system", "user", "assistant" */

@@ -1,12 +1,12 @@
 /* Hand-written equivalents of the pre-tokenizer regexes (see pretokenize.h).
  * Each matcher returns the length of the regex's match at position i, reproducing
  * the leftmost-alternative semantics and backtracking of the original pattern. */
-#include "pretokenize.h"
+#include "tokenizer/pretokenize.h"
 
 #include <stdint.h>
 #include <string.h>
 
-#include "unicode_tables.h"
+#include "tokenizer/unicode_tables.h"
 
 /* Character flags: the class bits plus the few literal characters the regexes name. */
 enum {

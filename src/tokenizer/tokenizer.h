@@ -1,16 +1,27 @@
-/* Byte-level BPE tokenizer built from GGUF metadata (tokenizer.ggml.*). */
+/* Byte-level BPE tokenizer built from GGUF metadata (tokenizer.ggml.*) or a Hugging Face
+ * model directory (tokenizer.json and its config files). */
 #ifndef INVAR_TOKENIZER_H
 #define INVAR_TOKENIZER_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "../formats/gguf.h"
+#include "formats/gguf.h"
 
 typedef struct tokenizer tokenizer;
 
 /* Reads tokens, merges, token types and tokenizer.ggml.pre from f (the tokenizer copies
  * what it needs; f may be closed afterwards). 0 on success, else message in err. */
 int tokenizer_load(const gguf_file *f, tokenizer **out, char *err, size_t errlen);
+/* Reads dir/tokenizer.json (byte-level BPE with a pre-tokenizer invar implements, no
+ * normalizer; anything else is refused by name), tokenizer_config.json (bos/eos token,
+ * add_bos_token) and generation_config.json (eos_token_id: every listed id ends generation).
+ * n_vocab > 0: the model's embedding rows; ids no file uses up to there are unused padding
+ * tokens. 0: as many ids as the files name. */
+int tokenizer_load_hf(const char *dir, int32_t n_vocab, tokenizer **out, char *err, size_t errlen);
+/* The chat template of a Hugging Face directory (tokenizer_config.json's chat_template, the
+ * "default" one of a list, or chat_template.jinja): malloc'd into *tmpl, or NULL if there is
+ * none. -1 with a message if a file is unreadable. */
+int tokenizer_hf_chat_template(const char *dir, char **tmpl, char *err, size_t errlen);
 void tokenizer_free(tokenizer *t);
 
 int32_t tokenizer_n_vocab(const tokenizer *t);

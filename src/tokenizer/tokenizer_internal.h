@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pretokenize.h"
-#include "tokenizer.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
 
 /* GGUF tokenizer.ggml.token_type values. */
 enum {
@@ -47,8 +47,33 @@ struct tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos;
+    bool ignore_merges;     /* a piece that is a vocabulary token is that token (tokenizers' BPE option) */
+    bool fuse_unk;          /* adjacent bytes without a token give one unknown token, not one each */
     pretok_kind pre;
 };
+
+/* What a tokenizer is built from, whichever file it came from (GGUF metadata or a
+ * Hugging Face tokenizer.json): tokenizer_build copies everything it keeps. */
+typedef struct {
+    const char *s;
+    size_t len;
+} tok_text;
+
+typedef struct {
+    int32_t n_vocab;
+    const tok_text *tokens;  /* byte-level alphabet; control / user-defined ones as plain text */
+    const uint8_t *types;    /* TOKTYPE_* per token */
+    uint64_t n_merges;
+    const tok_text *merges;  /* rank r merges merges[2r] + merges[2r+1]; an empty half skips it */
+    int32_t bos, eos, eot, eom, unk, pad; /* -1: none */
+    const int32_t *eog_ids;  /* more ids that end generation (generation_config.json), or NULL */
+    size_t n_eog_ids;
+    bool add_bos, ignore_merges, fuse_unk;
+    pretok_kind pre;
+} tok_spec;
+
+/* 0, or -1 with a message. Ids outside [0, n_vocab) count as none. */
+int tokenizer_build(const tok_spec *spec, tokenizer **out, char *err, size_t errlen);
 
 static inline uint64_t tok_hash64(uint64_t x) {
     /* splitmix64 finaliser: cheap and mixes every input bit into the low bits. */
@@ -84,6 +109,7 @@ typedef struct {
     int32_t *ids;
     int32_t *prev, *next;
     struct bpe_heap_entry *heap;
+    char *text;       /* the piece in the byte-level alphabet (ignore_merges), 2 bytes per byte */
     size_t cap;       /* piece bytes the arrays can hold */
 } bpe_scratch;
 

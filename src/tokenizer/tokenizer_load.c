@@ -1,12 +1,12 @@
-/* Builds a tokenizer from GGUF tokenizer.ggml.* metadata: vocabulary, merges, token
- * types, special ids and the pre-tokenizer name. Everything is copied out of the file. */
+/* Builds a tokenizer from a tok_spec (vocabulary, merges, token types, special ids and
+ * the pre-tokenizer), whichever file it was read from. Everything is copied. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer_internal.h"
-#include "unicode_tables.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_tables.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -70,28 +70,6 @@ static void merge_insert(struct tokenizer *t, int32_t a, int32_t b, int32_t rank
     }
 }
 
-/* Reads element i of an integer array of any integer type. */
-static bool arr_int(const void *data, gguf_value_type type, uint64_t i, int64_t *out) {
-    const unsigned char *p = data;
-    switch (type) {
-    case GGUF_T_INT8: { int8_t v; memcpy(&v, p + i, 1); *out = v; return true; }
-    case GGUF_T_UINT8: { uint8_t v; memcpy(&v, p + i, 1); *out = v; return true; }
-    case GGUF_T_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); *out = v; return true; }
-    case GGUF_T_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); *out = v; return true; }
-    case GGUF_T_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); *out = v; return true; }
-    case GGUF_T_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); *out = v; return true; }
-    case GGUF_T_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); *out = v; return true; }
-    case GGUF_T_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); *out = (int64_t)v; return true; }
-    default: return false;
-    }
-}
-
-static int32_t special_id(const gguf_file *f, const char *key, int32_t n_vocab) {
-    int64_t v;
-    if (!gguf_get_i64(f, key, &v) || v < 0 || v >= n_vocab) return -1;
-    return (int32_t)v;
-}
-
 /* Appends the raw bytes a token stands for. Control / user-defined tokens are stored
  * as plain text; the others are in the byte-level alphabet, where each character is
  * one byte (characters outside it are kept as their UTF-8). */
@@ -137,21 +115,14 @@ static bool is_eog_text(const char *s, size_t len) {
     return false;
 }
 
-static int load_vocab(struct tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
-    gguf_value_type et;
-    uint64_t n;
-    if (!gguf_get_arr_info(f, "tokenizer.ggml.tokens", &et, &n) || et != GGUF_T_STRING)
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.tokens string array");
-    if (n == 0 || n > (uint64_t)INT32_MAX / 2)
-        return fail(err, errlen, "tokenizer: bad vocabulary size %llu", (unsigned long long)n);
-    t->n_vocab = (int32_t)n;
+static int load_vocab(struct tokenizer *t, const tok_spec *sp, char *err, size_t errlen) {
+    uint64_t n = (uint64_t)sp->n_vocab;
+    if (sp->n_vocab <= 0 || n > (uint64_t)INT32_MAX / 2)
+        return fail(err, errlen, "tokenizer: bad vocabulary size %lld", (long long)sp->n_vocab);
+    t->n_vocab = sp->n_vocab;
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
-        const char *s;
-        size_t len;
-        if (!gguf_get_arr_str(f, "tokenizer.ggml.tokens", i, &s, &len))
-            return fail(err, errlen, "tokenizer: unreadable token %llu", (unsigned long long)i);
-        total += len;
+        total += sp->tokens[i].len;
         if (total > UINT32_MAX / 2) return fail(err, errlen, "tokenizer: vocabulary too large");
     }
     t->text = malloc(total + 1);
@@ -163,20 +134,12 @@ static int load_vocab(struct tokenizer *t, const gguf_file *f, char *err, size_t
     if (!t->text || !t->text_off || !t->bytes || !t->bytes_off || !t->type || !t->eog)
         return fail(err, errlen, "tokenizer: out of memory");
 
-    const void *types = NULL;
-    gguf_value_type tt = GGUF_T_UINT8;
-    uint64_t ntypes = 0;
-    if (gguf_get_arr_info(f, "tokenizer.ggml.token_type", &tt, &ntypes) && ntypes == n)
-        types = gguf_get_arr_data(f, "tokenizer.ggml.token_type");
-
     uint32_t off = 0, boff = 0;
     for (uint64_t i = 0; i < n; i++) {
-        const char *s;
-        size_t len;
-        gguf_get_arr_str(f, "tokenizer.ggml.tokens", i, &s, &len);
-        int64_t ty = TOKTYPE_NORMAL;
-        if (types && !arr_int(types, tt, i, &ty)) ty = TOKTYPE_NORMAL;
-        t->type[i] = (ty >= 1 && ty <= 6) ? (uint8_t)ty : TOKTYPE_NORMAL;
+        const char *s = sp->tokens[i].s;
+        size_t len = sp->tokens[i].len;
+        uint8_t ty = sp->types[i];
+        t->type[i] = (ty >= 1 && ty <= 6) ? ty : TOKTYPE_NORMAL;
         t->text_off[i] = off;
         if (len) memcpy(t->text + off, s, len);
         off += (uint32_t)len;
@@ -195,11 +158,8 @@ static int load_vocab(struct tokenizer *t, const gguf_file *f, char *err, size_t
     return 0;
 }
 
-static int load_merges(struct tokenizer *t, const gguf_file *f, char *err, size_t errlen) {
-    gguf_value_type et;
-    uint64_t n = 0;
-    if (!gguf_get_arr_info(f, "tokenizer.ggml.merges", &et, &n) || et != GGUF_T_STRING)
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.merges string array");
+static int load_merges(struct tokenizer *t, const tok_spec *sp, char *err, size_t errlen) {
+    uint64_t n = sp->n_merges;
     if (n > (uint64_t)INT32_MAX / 4) return fail(err, errlen, "tokenizer: too many merges");
     t->merge_mask = table_size_for(n) - 1;
     t->merge_slots = calloc(t->merge_mask + 1, sizeof *t->merge_slots);
@@ -207,27 +167,18 @@ static int load_merges(struct tokenizer *t, const gguf_file *f, char *err, size_
     size_t bufcap = 0;
     if (!t->merge_slots) return fail(err, errlen, "tokenizer: out of memory");
     for (uint64_t r = 0; r < n; r++) {
-        const char *s;
-        size_t len;
-        if (!gguf_get_arr_str(f, "tokenizer.ggml.merges", r, &s, &len)) {
-            free(buf);
-            return fail(err, errlen, "tokenizer: unreadable merge %llu", (unsigned long long)r);
-        }
-        /* "left right": byte-level tokens never contain a literal space, so the first
-         * space separates the two halves. */
-        const char *sp = memchr(s, ' ', len);
-        if (!sp || sp == s || sp == s + len - 1) continue;
-        size_t la = (size_t)(sp - s), lb = len - la - 1;
-        if (la + lb > bufcap) {
-            bufcap = 2 * (la + lb);
+        tok_text l = sp->merges[2 * r], rt = sp->merges[2 * r + 1];
+        if (l.len == 0 || rt.len == 0) continue;
+        if (l.len + rt.len > bufcap) {
+            bufcap = 2 * (l.len + rt.len);
             char *nb = realloc(buf, bufcap);
             if (!nb) { free(buf); return fail(err, errlen, "tokenizer: out of memory"); }
             buf = nb;
         }
-        memcpy(buf, s, la);
-        memcpy(buf + la, sp + 1, lb);
-        int32_t a = tok_lookup(t, s, la), b = tok_lookup(t, sp + 1, lb);
-        int32_t ab = tok_lookup(t, buf, la + lb);
+        memcpy(buf, l.s, l.len);
+        memcpy(buf + l.len, rt.s, rt.len);
+        int32_t a = tok_lookup(t, l.s, l.len), b = tok_lookup(t, rt.s, rt.len);
+        int32_t ab = tok_lookup(t, buf, l.len + rt.len);
         if (a < 0 || b < 0 || ab < 0) continue; /* unusable merge: skipped */
         merge_insert(t, a, b, (int32_t)r, ab);
     }
@@ -262,29 +213,16 @@ static int load_specials(struct tokenizer *t) {
     return 0;
 }
 
-int tokenizer_load(const gguf_file *f, tokenizer **out, char *err, size_t errlen) {
+static int32_t valid_id(int32_t id, int32_t n_vocab) { return id >= 0 && id < n_vocab ? id : -1; }
+
+int tokenizer_build(const tok_spec *sp, tokenizer **out, char *err, size_t errlen) {
     *out = NULL;
-    const char *model;
-    size_t mlen;
-    if (!gguf_get_str(f, "tokenizer.ggml.model", &model, &mlen))
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.model");
-    if (mlen != 4 || memcmp(model, "gpt2", 4) != 0)
-        return fail(err, errlen, "tokenizer: unsupported tokenizer model '%.*s' (only byte-level BPE 'gpt2')",
-                    (int)(mlen > 64 ? 64 : mlen), model);
     struct tokenizer *t = calloc(1, sizeof *t);
     if (!t) return fail(err, errlen, "tokenizer: out of memory");
-
-    const char *pre;
-    size_t plen;
-    t->pre = PRETOK_GPT2; /* files without tokenizer.ggml.pre use the GPT-2 split */
-    if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, &plen) &&
-        pretok_kind_from_name(pre, plen, &t->pre) != 0) {
-        fail(err, errlen, "tokenizer: unsupported pre-tokenizer '%.*s' (supported: smollm, gpt2, "
-             "default, starcoder, llama3, llama-bpe, qwen2)", (int)(plen > 64 ? 64 : plen), pre);
-        free(t);
-        return -1;
-    }
-    if (load_vocab(t, f, err, errlen) != 0 || load_merges(t, f, err, errlen) != 0) {
+    t->pre = sp->pre;
+    t->ignore_merges = sp->ignore_merges;
+    t->fuse_unk = sp->fuse_unk;
+    if (load_vocab(t, sp, err, errlen) != 0 || load_merges(t, sp, err, errlen) != 0) {
         tokenizer_free(t);
         return -1;
     }
@@ -297,18 +235,19 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, char *err, size_t errlen
         int l = utf8_encode(byte_to_codepoint((unsigned char)b), u);
         t->byte_id[b] = tok_lookup(t, (const char *)u, (size_t)l);
     }
-    t->bos = special_id(f, "tokenizer.ggml.bos_token_id", t->n_vocab);
-    t->eos = special_id(f, "tokenizer.ggml.eos_token_id", t->n_vocab);
-    t->eot = special_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab);
-    t->eom = special_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab);
-    t->unk = special_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab);
-    t->pad = special_id(f, "tokenizer.ggml.padding_token_id", t->n_vocab);
-    bool add_bos = false;
-    t->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &add_bos) && add_bos;
+    t->bos = valid_id(sp->bos, t->n_vocab);
+    t->eos = valid_id(sp->eos, t->n_vocab);
+    t->eot = valid_id(sp->eot, t->n_vocab);
+    t->eom = valid_id(sp->eom, t->n_vocab);
+    t->unk = valid_id(sp->unk, t->n_vocab);
+    t->pad = valid_id(sp->pad, t->n_vocab);
+    t->add_bos = sp->add_bos;
 
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+    for (size_t k = 0; k < sp->n_eog_ids; k++)
+        if (valid_id(sp->eog_ids[k], t->n_vocab) >= 0) t->eog[sp->eog_ids[k]] = 1;
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] == TOKTYPE_CONTROL &&
             is_eog_text(t->text + t->text_off[i], t->text_off[i + 1] - t->text_off[i]))

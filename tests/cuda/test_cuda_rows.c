@@ -6,7 +6,7 @@
 #include <string.h>
 #include "cuda_test_util.h"
 #include "invar_cuda.h"
-#include "invar_cuda_testing.h"
+#include "kernels/cuda/invar_cuda_testing.h"
 
 static int failures;
 static invar_cuda_ctx *ctx;

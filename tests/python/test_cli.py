@@ -202,8 +202,9 @@ def test_model_that_is_not_a_regular_file(tmp_path: Path):
     os.mkfifo(fifo)
     p = run(["generate", "--model", str(fifo), "hi"], timeout=30)
     assert p.returncode == 3 and "is a FIFO, not a regular file" in p.stderr, p.stderr
+    # A directory is read as a Hugging Face model directory (test_hf_model.py); this one is not.
     p = run(["generate", "--model", str(tmp_path), "hi"], timeout=30)
-    assert p.returncode == 3 and "is a directory" in p.stderr, p.stderr
+    assert p.returncode == 3 and "is a directory without config.json" in p.stderr, p.stderr
 
 
 GGUF_U32, GGUF_I32, GGUF_F32 = 4, 5, 6
@@ -298,6 +299,10 @@ def test_speculation_changes_no_bit(tmp_path: Path):
         p1, spec = batch(lines, "--threads", "2", *opts)
         assert p1.returncode == 0, p1.stderr
         assert spec == plain, opts
+    # Per request: the extension fields, over the command line's setting.
+    per_req = [json.dumps(dict(json.loads(x), speculate="ngram", spec_tokens=5)) for x in lines]
+    p2, spec = batch(per_req + [json.dumps({"prompt": "x", "speculate": "fast"})], "--speculate", "off")
+    assert p2.returncode == 1 and spec[:-1] == plain and "speculate" in spec[-1]["error"]
     g = [run(["generate", "--model", str(DEFAULT_MODEL), "--max-tokens", "24", "--verbose", *o,
               "red fox, blue fox, red fox, blue fox, red fox,"]) for o in ([], ["--speculate", "ngram"])]
     assert g[0].returncode == g[1].returncode == 0 and g[0].stdout == g[1].stdout

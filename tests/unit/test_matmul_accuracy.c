@@ -87,10 +87,12 @@ static void check_shape(uint32_t type, int64_t m, int64_t n, int64_t k, threadpo
 static void test_accuracy(void **state) {
     (void)state;
     threadpool *tp = threadpool_create(2);
-    for (size_t t = 0; t < MM_N_TYPES; t++) {
-        const uint32_t type = mm_test_types[t];
+    const mm_type_list types = mm_types();
+    for (size_t t = 0; t < types.n; t++) {
+        const uint32_t type = types.id[t];
         const int64_t be = mm_block_elems(type);
-        const int64_t ks[] = {be == 256 ? 256 : be == 32 ? 64 : 77, be == 256 ? 768 : be == 32 ? 576 : 576};
+        /* one or two blocks (an odd 77 for element types), and about 576 (the model's K) */
+        const int64_t ks[] = {be == 1 ? 77 : be >= 256 ? be : 2 * be, be == 1 ? 576 : (576 + be - 1) / be * be};
         const int64_t ns[] = {1, 16, 37, 70};
         const int64_t ms[] = {1, 3, 9, 17};
         for (size_t a = 0; a < 2; a++)
@@ -108,6 +110,9 @@ static void test_rejects_bad_shapes(void **state) {
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q4_1, 4, 48, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q4_K, 4, 128, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q5_0, 4, 32, buf, err, sizeof err), 0);
+    assert_non_null(strstr(err, "unsupported weight type Q5_0"));
+    assert_int_not_equal(cpu_weight_init(&w, 4 /* retired */, 4, 32, buf, err, sizeof err), 0);
+    assert_int_not_equal(cpu_weight_init(&w, UINT32_MAX, 4, 32, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_F32, 0, 32, buf, err, sizeof err), 0);
     assert_int_equal(cpu_weight_init(&w, INVAR_T_F32, 4, 33, buf, err, sizeof err), 0);
     cpu_weight_free(&w);
@@ -137,9 +142,28 @@ static void test_nonfinite_input(void **state) {
     free(W);
 }
 
+/* The kernel table against formats' table: every matmul type can be dequantised (the
+ * references here and the CUDA upload need it) and has test weights; the types the
+ * engine has always had are all there (so an emptied table cannot pass vacuously). */
+static void test_kernel_table(void **state) {
+    (void)state;
+    const mm_type_list types = mm_types();
+    for (size_t t = 0; t < types.n; t++) {
+        assert_true(quant_type_supported(types.id[t]));
+        assert_non_null(mm_gen[types.id[t]]);
+    }
+    static const uint32_t expected[] = {INVAR_T_F32, INVAR_T_F16, INVAR_T_Q4_0, INVAR_T_Q4_1,
+                                        INVAR_T_Q8_0, INVAR_T_Q4_K, INVAR_T_Q6_K, INVAR_T_BF16};
+    assert_int_equal(types.n, sizeof expected / sizeof expected[0]);
+    for (size_t i = 0; i < types.n; i++) assert_int_equal(types.id[i], expected[i]);
+    assert_false(cpu_matmul_supports(INVAR_T_Q5_0));
+    assert_false(cpu_matmul_supports(QUANT_TYPE_END));
+}
+
 int main(void) {
     printf("supported ISA: %s\n", cpu_isa_name(cpu_isa_supported()));
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_table),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_rejects_bad_shapes),
         cmocka_unit_test(test_nonfinite_input),

@@ -1,9 +1,11 @@
-/* Helpers shared by the matmul tests: random valid weight rows of every supported
- * type, random activations, and a tiny deterministic PRNG. */
+/* Helpers shared by the matmul tests: the weight types under test (every type with a
+ * row in the kernel table), random valid weight rows of each, random activations, and a
+ * tiny deterministic PRNG. */
 #ifndef TEST_MATMUL_COMMON_H
 #define TEST_MATMUL_COMMON_H
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +13,19 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 
-static const uint32_t mm_test_types[] = {INVAR_T_F32,  INVAR_T_F16,  INVAR_T_BF16, INVAR_T_Q8_0,
-                                         INVAR_T_Q4_0, INVAR_T_Q4_1, INVAR_T_Q4_K, INVAR_T_Q6_K};
-#define MM_N_TYPES (sizeof mm_test_types / sizeof mm_test_types[0])
+/* Every type cpu_matmul supports, in id order: a type added to the kernel table is
+ * tested by every matmul test (it needs a generator in mm_gen below). */
+typedef struct {
+    uint32_t id[QUANT_TYPE_END];
+    size_t n;
+} mm_type_list;
+
+static mm_type_list mm_types(void) {
+    mm_type_list l = {{0}, 0};
+    for (uint32_t t = 0; t < QUANT_TYPE_END; t++)
+        if (cpu_matmul_supports(t)) l.id[l.n++] = t;
+    return l;
+}
 
 static uint64_t mm_rng_state = 0x9E3779B97F4A7C15ull;
 static void mm_seed(uint64_t s) { mm_rng_state = s * 0x9E3779B97F4A7C15ull + 1; }
@@ -26,23 +38,8 @@ static uint32_t mm_rand(void) {
 /* Uniform in [-1, 1). */
 static float mm_randf(void) { return (float)(mm_rand() & 0xFFFFFF) / 8388608.0f - 1.0f; }
 
-static int64_t mm_block_elems(uint32_t type) {
-    return type == INVAR_T_Q4_K || type == INVAR_T_Q6_K ? 256
-           : (type == INVAR_T_F32 || type == INVAR_T_F16 || type == INVAR_T_BF16) ? 1 : 32;
-}
-
-static size_t mm_row_bytes(uint32_t type, int64_t k) {
-    switch (type) {
-    case INVAR_T_F32: return (size_t)k * 4;
-    case INVAR_T_F16: case INVAR_T_BF16: return (size_t)k * 2;
-    case INVAR_T_Q8_0: return (size_t)(k / 32) * sizeof(block_q8_0);
-    case INVAR_T_Q4_0: return (size_t)(k / 32) * sizeof(block_q4_0);
-    case INVAR_T_Q4_1: return (size_t)(k / 32) * sizeof(block_q4_1);
-    case INVAR_T_Q4_K: return (size_t)(k / 256) * sizeof(block_q4_K);
-    case INVAR_T_Q6_K: return (size_t)(k / 256) * sizeof(block_q6_K);
-    default: return 0;
-    }
-}
+static int64_t mm_block_elems(uint32_t type) { return quant_traits_of(type)->block_elems; }
+static size_t mm_row_bytes(uint32_t type, int64_t k) { return quant_row_bytes(type, k); }
 
 /* Moderate positive fp16 scale. */
 static uint16_t mm_rand_scale(float lo, float hi) {
@@ -54,65 +51,83 @@ static void mm_fill_bytes(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)mm_rand();
 }
 
-/* n random rows of k weights (all quants random, scales moderate). */
+/* One random row of k weights of each type: all quants random, scales moderate. */
+typedef void (*mm_gen_fn)(uint8_t *row, int64_t k);
+
+static void mm_gen_f32(uint8_t *row, int64_t k) {
+    for (int64_t i = 0; i < k; i++) ((float *)row)[i] = mm_randf();
+}
+
+static void mm_gen_f16(uint8_t *row, int64_t k) {
+    for (int64_t i = 0; i < k; i++) { uint16_t h = f32_to_fp16(mm_randf()); memcpy(row + 2 * i, &h, 2); }
+}
+
+static void mm_gen_bf16(uint8_t *row, int64_t k) {
+    for (int64_t i = 0; i < k; i++) { uint16_t h = f32_to_bf16(mm_randf()); memcpy(row + 2 * i, &h, 2); }
+}
+
+static void mm_gen_q8_0(uint8_t *row, int64_t k) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        block_q8_0 *B = (block_q8_0 *)row + b;
+        mm_fill_bytes((uint8_t *)B->qs, 32); /* includes -128 */
+        B->d = mm_rand_scale(0.002f, 0.01f);
+    }
+}
+
+static void mm_gen_q4_0(uint8_t *row, int64_t k) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        block_q4_0 *B = (block_q4_0 *)row + b;
+        mm_fill_bytes(B->qs, 16);
+        B->d = mm_rand_scale(0.01f, 0.15f);
+    }
+}
+
+static void mm_gen_q4_1(uint8_t *row, int64_t k) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        block_q4_1 *B = (block_q4_1 *)row + b;
+        mm_fill_bytes(B->qs, 16);
+        B->d = mm_rand_scale(0.01f, 0.15f);
+        B->m = f32_to_fp16(-fp16_to_f32(B->d) * (float)(mm_rand() % 16));
+    }
+}
+
+static void mm_gen_q4_K(uint8_t *row, int64_t k) {
+    for (int64_t b = 0; b < k / 256; b++) {
+        block_q4_K *B = (block_q4_K *)row + b;
+        mm_fill_bytes(B->qs, 128);
+        mm_fill_bytes(B->scales, 12);
+        B->d = mm_rand_scale(0.0005f, 0.003f);
+        B->dmin = mm_rand_scale(0.0005f, 0.003f);
+    }
+}
+
+static void mm_gen_q6_K(uint8_t *row, int64_t k) {
+    for (int64_t b = 0; b < k / 256; b++) {
+        block_q6_K *B = (block_q6_K *)row + b;
+        mm_fill_bytes(B->ql, 128);
+        mm_fill_bytes(B->qh, 64);
+        mm_fill_bytes((uint8_t *)B->scales, 16); /* includes -128 */
+        B->d = mm_rand_scale(0.0002f, 0.001f);
+    }
+}
+
+static const mm_gen_fn mm_gen[QUANT_TYPE_END] = {
+    [INVAR_T_F32] = mm_gen_f32,   [INVAR_T_F16] = mm_gen_f16,   [INVAR_T_BF16] = mm_gen_bf16,
+    [INVAR_T_Q8_0] = mm_gen_q8_0, [INVAR_T_Q4_0] = mm_gen_q4_0, [INVAR_T_Q4_1] = mm_gen_q4_1,
+    [INVAR_T_Q4_K] = mm_gen_q4_K, [INVAR_T_Q6_K] = mm_gen_q6_K,
+};
+
+/* n random rows of k weights. A type without a generator stops the test: every type
+ * the matmul supports must be tested. */
 static void *mm_make_weights(uint32_t type, int64_t n, int64_t k) {
+    if (type >= QUANT_TYPE_END || !mm_gen[type]) {
+        fprintf(stderr, "test_matmul_common.h: no weight generator for type %s (%u)\n", quant_type_name(type), type);
+        abort();
+    }
     const size_t rb = mm_row_bytes(type, k);
     uint8_t *W = malloc(rb * (size_t)n);
-    for (int64_t j = 0; j < n; j++) {
-        uint8_t *row = W + rb * (size_t)j;
-        switch (type) {
-        case INVAR_T_F32:
-            for (int64_t i = 0; i < k; i++) ((float *)row)[i] = mm_randf();
-            break;
-        case INVAR_T_F16:
-            for (int64_t i = 0; i < k; i++) { uint16_t h = f32_to_fp16(mm_randf()); memcpy(row + 2 * i, &h, 2); }
-            break;
-        case INVAR_T_BF16:
-            for (int64_t i = 0; i < k; i++) { uint16_t h = f32_to_bf16(mm_randf()); memcpy(row + 2 * i, &h, 2); }
-            break;
-        case INVAR_T_Q8_0:
-            for (int64_t b = 0; b < k / 32; b++) {
-                block_q8_0 *B = (block_q8_0 *)row + b;
-                mm_fill_bytes((uint8_t *)B->qs, 32); /* includes -128 */
-                B->d = mm_rand_scale(0.002f, 0.01f);
-            }
-            break;
-        case INVAR_T_Q4_0:
-            for (int64_t b = 0; b < k / 32; b++) {
-                block_q4_0 *B = (block_q4_0 *)row + b;
-                mm_fill_bytes(B->qs, 16);
-                B->d = mm_rand_scale(0.01f, 0.15f);
-            }
-            break;
-        case INVAR_T_Q4_1:
-            for (int64_t b = 0; b < k / 32; b++) {
-                block_q4_1 *B = (block_q4_1 *)row + b;
-                mm_fill_bytes(B->qs, 16);
-                B->d = mm_rand_scale(0.01f, 0.15f);
-                B->m = f32_to_fp16(-fp16_to_f32(B->d) * (float)(mm_rand() % 16));
-            }
-            break;
-        case INVAR_T_Q4_K:
-            for (int64_t b = 0; b < k / 256; b++) {
-                block_q4_K *B = (block_q4_K *)row + b;
-                mm_fill_bytes(B->qs, 128);
-                mm_fill_bytes(B->scales, 12);
-                B->d = mm_rand_scale(0.0005f, 0.003f);
-                B->dmin = mm_rand_scale(0.0005f, 0.003f);
-            }
-            break;
-        case INVAR_T_Q6_K:
-            for (int64_t b = 0; b < k / 256; b++) {
-                block_q6_K *B = (block_q6_K *)row + b;
-                mm_fill_bytes(B->ql, 128);
-                mm_fill_bytes(B->qh, 64);
-                mm_fill_bytes((uint8_t *)B->scales, 16); /* includes -128 */
-                B->d = mm_rand_scale(0.0002f, 0.001f);
-            }
-            break;
-        default: break;
-        }
-    }
+    if (!W) abort();
+    for (int64_t j = 0; j < n; j++) mm_gen[type](W + rb * (size_t)j, k);
     return W;
 }
 

@@ -25,9 +25,9 @@ typedef void (*matmul_fn)(threadpool *, const cpu_weight *, const float *, int64
 static const int64_t extra_m[] = {65, 67, 96, 127, 128, 129, 150, 200, 255, 256, 257, 299, 301};
 
 static int64_t k_for(uint32_t type) {
-    if (mm_block_elems(type) == 256) return 512;
-    if (mm_block_elems(type) == 32) return 256;
-    return 200; /* float types: any k (the AVX-512 kernel converts k in chunks of 1024) */
+    const int64_t be = mm_block_elems(type);
+    if (be == 1) return 200; /* float types: any k (the AVX-512 kernel converts k in chunks of 1024) */
+    return be >= 256 ? 2 * be : 8 * be; /* two K-quant units, eight 32-blocks */
 }
 
 typedef struct {
@@ -111,9 +111,10 @@ static void test_invariance(void **state) {
     assert_non_null(tp[0]);
     assert_non_null(tp[1]);
     const cpu_isa best = cpu_isa_supported();
-    for (size_t t = 0; t < MM_N_TYPES; t++) {
+    const mm_type_list types = mm_types();
+    for (size_t t = 0; t < types.n; t++) {
         fixture f;
-        fixture_init(&f, mm_test_types[t]);
+        fixture_init(&f, types.id[t]);
         float *ref_scalar = malloc(POOL * N_COLS * sizeof(float));
         for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
             assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
@@ -140,9 +141,10 @@ static void test_invariance(void **state) {
 static void test_negative_control_detected(void **state) {
     (void)state;
     threadpool *tp = threadpool_create(2);
-    for (size_t t = 0; t < MM_N_TYPES; t++) {
+    const mm_type_list types = mm_types();
+    for (size_t t = 0; t < types.n; t++) {
         fixture f;
-        fixture_init(&f, mm_test_types[t]);
+        fixture_init(&f, types.id[t]);
         compute_refs(&f, cpu_matmul_splitk_by_m);
         int bad = sweep(&f, cpu_matmul_splitk_by_m, tp);
         print_message("negative control type %u: %d mismatching rows\n", f.type, bad);

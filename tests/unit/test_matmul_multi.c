@@ -19,7 +19,7 @@
 
 static const int64_t n_cols[NW] = {37, 16, 50}; /* a tail group, one whole group, a longer one */
 
-static int64_t k_for(uint32_t type) { return mm_block_elems(type) == 256 ? 512 : 256; }
+static int64_t k_for(uint32_t type) { return 2 * mm_block_elems(type) > 256 ? 2 * mm_block_elems(type) : 256; }
 
 typedef struct {
     void *wdata[NW];
@@ -84,8 +84,9 @@ static void test_multi_matches_single(void **state) {
     (void)state;
     threadpool *tp[2] = {threadpool_create(1), threadpool_create(2)};
     const cpu_isa best = cpu_isa_supported();
-    for (size_t t = 0; t < MM_N_TYPES; t++) {
-        const uint32_t ty = mm_test_types[t], types[NW] = {ty, ty, ty};
+    const mm_type_list all = mm_types();
+    for (size_t t = 0; t < all.n; t++) {
+        const uint32_t ty = all.id[t], types[NW] = {ty, ty, ty};
         const int64_t k = k_for(ty);
         mm_seed(77 + ty);
         weights W;
@@ -127,8 +128,9 @@ static void test_mixed_types(void **state) {
 static void test_negative_control_detected(void **state) {
     (void)state;
     threadpool *tp = threadpool_create(2);
-    for (size_t t = 0; t < MM_N_TYPES; t++) {
-        const uint32_t ty = mm_test_types[t], types[NW] = {ty, ty, ty};
+    const mm_type_list all = mm_types();
+    for (size_t t = 0; t < all.n; t++) {
+        const uint32_t ty = all.id[t], types[NW] = {ty, ty, ty};
         mm_seed(900 + ty);
         weights W;
         weights_init(&W, types, k_for(ty));

@@ -40,7 +40,7 @@ static void test_type_info(void **state) {
     static const struct { uint32_t id; size_t be, bb; const char *name; bool sup; } want[] = {
         {0, 1, 4, "F32", true}, {1, 1, 2, "F16", true}, {2, 32, 18, "Q4_0", true},
         {3, 32, 20, "Q4_1", true}, {6, 32, 22, "Q5_0", false}, {7, 32, 24, "Q5_1", false},
-        {8, 32, 34, "Q8_0", true}, {9, 32, 40, "Q8_1", false}, {10, 256, 84, "Q2_K", false},
+        {8, 32, 34, "Q8_0", true}, {9, 32, 36, "Q8_1", false}, {10, 256, 84, "Q2_K", false},
         {11, 256, 110, "Q3_K", false}, {12, 256, 144, "Q4_K", true}, {13, 256, 176, "Q5_K", false},
         {14, 256, 210, "Q6_K", true}, {15, 256, 292, "Q8_K", false}, {16, 256, 66, "IQ2_XXS", false},
         {20, 32, 18, "IQ4_NL", false}, {23, 256, 136, "IQ4_XS", false}, {28, 1, 8, "F64", false},
@@ -62,6 +62,40 @@ static void test_type_info(void **state) {
         assert_false(quant_type_supported(unknown[i]));
         assert_int_equal(quant_row_bytes(unknown[i], 256), 0);
     }
+}
+
+/* Properties every row of the table must have, so a new row is checked as it is added. */
+static void test_table_rows(void **state) {
+    (void)state;
+    int known = 0, supported = 0;
+    for (uint32_t id = 0; id < QUANT_TYPE_END + 3; id++) {
+        const quant_traits *t = quant_traits_of(id);
+        size_t be = 0, bb = 0;
+        const char *name = NULL;
+        assert_int_equal(quant_type_info(id, &be, &bb, &name), t != NULL);
+        if (!t) {
+            assert_int_equal(quant_type_align(id), 0);
+            assert_false(quant_type_supported(id));
+            assert_string_equal(quant_type_name(id), "unknown");
+            continue;
+        }
+        known++;
+        assert_true(id < QUANT_TYPE_END && t == &quant_type_table[id]);
+        assert_true(be == t->block_elems && bb == t->block_bytes && name == t->name);
+        assert_string_equal(quant_type_name(id), t->name);
+        assert_true(t->name[0] != '\0');
+        for (uint32_t other = 0; other < id; other++) /* names identify types in messages */
+            if (quant_traits_of(other)) assert_string_not_equal(quant_traits_of(other)->name, t->name);
+        assert_true(t->block_bytes > 0);
+        /* a power of two that divides the block, so every block of a row stays aligned */
+        assert_true(t->align > 0 && (t->align & (t->align - 1)) == 0 && t->block_bytes % t->align == 0);
+        assert_int_equal(quant_type_align(id), t->align);
+        assert_int_equal(quant_type_supported(id), t->dequant != NULL);
+        assert_int_equal(quant_row_bytes(id, 3 * (int64_t)t->block_elems), 3 * (size_t)t->block_bytes);
+        supported += t->dequant != NULL;
+    }
+    assert_int_equal(known, 32);
+    assert_int_equal(supported, 8);
 }
 
 static void test_row_bytes(void **state) {
@@ -340,6 +374,37 @@ static void test_dequant_q6_K(void **state) {
     }
 }
 
+/* Types with a reference test above (an independent statement of the layout): every type
+ * with a dequantiser must be here. */
+static const uint32_t k_reference_tested[] = {INVAR_T_F32,  INVAR_T_F16,  INVAR_T_BF16, INVAR_T_Q8_0,
+                                              INVAR_T_Q4_0, INVAR_T_Q4_1, INVAR_T_Q4_K, INVAR_T_Q6_K};
+
+static void test_dequant_every_type(void **state) {
+    (void)state;
+    for (uint32_t id = 0; id < QUANT_TYPE_END; id++) {
+        const quant_traits *t = quant_traits_of(id);
+        if (!t || !t->dequant) continue;
+        int tested = 0;
+        for (size_t i = 0; i < sizeof k_reference_tested / sizeof k_reference_tested[0]; i++)
+            tested |= k_reference_tested[i] == id;
+        if (!tested) fail_msg("type %s has a dequantiser but no reference test", t->name);
+        /* Any bytes: a row of three blocks, aligned or not, is its blocks one by one. */
+        enum { NB = 3 };
+        const size_t bytes = NB * (size_t)t->block_bytes, n = NB * (size_t)t->block_elems;
+        uint8_t *blk = malloc(bytes);
+        float *y = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float));
+        assert_true(blk && y && y1);
+        for (size_t i = 0; i < bytes; i++) blk[i] = (uint8_t)rnd();
+        dequant_both(id, blk, bytes, y, (int64_t)n);
+        for (int b = 0; b < NB; b++)
+            dequant_row(id, blk + (size_t)b * t->block_bytes, y1 + (size_t)b * t->block_elems, t->block_elems);
+        assert_memory_equal(y, y1, n * sizeof(float));
+        free(blk);
+        free(y);
+        free(y1);
+    }
+}
+
 static void test_dequant_unsupported_is_nan(void **state) {
     (void)state;
     uint8_t blk[22] = {0};
@@ -390,6 +455,7 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--dump-gguf") == 0) return dump_gguf(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_type_info),
+        cmocka_unit_test(test_table_rows),
         cmocka_unit_test(test_row_bytes),
         cmocka_unit_test(test_fp16_to_f32_exhaustive),
         cmocka_unit_test(test_f32_to_fp16_rounding),
@@ -401,6 +467,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_q4_K_scales_roundtrip),
         cmocka_unit_test(test_dequant_q4_K),
         cmocka_unit_test(test_dequant_q6_K),
+        cmocka_unit_test(test_dequant_every_type),
         cmocka_unit_test(test_dequant_unsupported_is_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

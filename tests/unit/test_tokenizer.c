@@ -5,6 +5,7 @@
  * reference tests (tests/python/test_tokenizer_reference.py); all text is hex-encoded
  * so no escaping is needed:
  *   --encode MODEL [--no-special] [--bos]  stdin: hex text per line  -> ids, space-separated
+ *                                          (MODEL: a GGUF, or a Hugging Face directory)
  *   --decode MODEL                         stdin: ids per line       -> hex bytes
  *   --split PRE                            stdin: hex text per line  -> hex pieces, space-separated
  *   --chat MODEL | --chat-template FILE    stdin: "G role=hex role=hex ..." (G: 0/1 generation
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -74,8 +76,18 @@ static const char *default_model(void) {
     return path;
 }
 
+/* A GGUF file, or a Hugging Face directory (its tokenizer.json; *gf is then NULL). */
 static int open_model(const char *path, gguf_file **gf, tokenizer **tok) {
-    char err[256];
+    char err[512];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        *gf = NULL;
+        if (tok && tokenizer_load_hf(path, 0, tok, err, sizeof err) != 0) {
+            fprintf(stderr, "%s\n", err);
+            return -1;
+        }
+        return 0;
+    }
     if (gguf_open(path, gf, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", path, err);
         return -1;

@@ -1,8 +1,8 @@
 /* Attention entry points: KV-cache layout, task split over (job, KV head, head tile) and
  * ISA dispatch. The kernel itself is attention_kernel.h. */
-#include "attention.h"
+#include "kernels/cpu/attention.h"
 
-#include "vec16_kernels.h"
+#include "kernels/cpu/vec16_kernels.h"
 
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
     const int64_t hd = kv->head_dim, lane = p % KV_BLOCK;

@@ -11,7 +11,7 @@
 #ifndef INVAR_ATTENTION_H
 #define INVAR_ATTENTION_H
 #include <stdint.h>
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 #define ATTN_SPLIT 256
 #define KV_BLOCK 16 /* tokens per KV-cache block = lanes of one key vector */

@@ -11,9 +11,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "attention.h"
-#include "vec16.h"
-#include "vec16_kernels.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec16.h"
+#include "kernels/cpu/vec16_kernels.h"
 
 #define ATTN_QMAX 8 /* queries per tile: (tokens of one sequence) x (heads of one KV head) */
 _Static_assert(ATTN_QMAX == ATTN_TILE_QUERIES, "one tile size");

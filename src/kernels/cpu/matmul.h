@@ -7,7 +7,7 @@
 #define INVAR_MATMUL_H
 #include <stddef.h>
 #include <stdint.h>
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 typedef struct {
     uint32_t type;       /* ggml type id (formats/quant.h) */
@@ -17,6 +17,9 @@ typedef struct {
     void *packed;        /* kernel-private repacked copy, or NULL; owned */
     size_t packed_bytes;
 } cpu_weight;
+
+/* True if the matmul has kernels for this ggml type id (its row in matmul_traits.c). */
+int cpu_matmul_supports(uint32_t type);
 
 /* Validates type and shape (k a multiple of the block size) without repacking: a view
  * that other backends read (the CUDA backend uploads from it). Returns 0 or non-zero. */

@@ -232,9 +232,9 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
     } while (0)
 
 #define GROUP_LOOP(NAME, K, REC)                                                             \
-    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                             \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                    \
         const cpu_weight *w = a->w;                                                          \
-        const int64_t nu = w->k / mm_unit_elems(w->type);                                   \
+        const int64_t nu = w->k / a->kt->q->block_elems;                                     \
         for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                          \
             const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                               \
             for (int64_t g = g0; g < g1; g++) {                                              \
@@ -253,22 +253,11 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
         }                                                                                    \
     }
 
-GROUP_LOOP(run_q4_0, k_q4_0, MM_REC_Q4_0)
-GROUP_LOOP(run_q4_1, k_q4_1, MM_REC_Q4_1)
-GROUP_LOOP(run_q8_0, k_q8_0, MM_REC_Q8_0)
-GROUP_LOOP(run_q4_k, k_q4_k, MM_REC_Q4_K)
-GROUP_LOOP(run_q6_k, k_q6_k, MM_REC_Q6_K)
-
-void mm_quant_avx2(const mm_args *a, int64_t g0, int64_t g1) {
-    switch (a->w->type) {
-    case INVAR_T_Q4_0: run_q4_0(a, g0, g1); break;
-    case INVAR_T_Q4_1: run_q4_1(a, g0, g1); break;
-    case INVAR_T_Q8_0: run_q8_0(a, g0, g1); break;
-    case INVAR_T_Q4_K: run_q4_k(a, g0, g1); break;
-    case INVAR_T_Q6_K: run_q6_k(a, g0, g1); break;
-    default: break;
-    }
-}
+GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
+GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
+GROUP_LOOP(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0)
+GROUP_LOOP(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K)
+GROUP_LOOP(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K)
 
 /* Exact max / integer sum of 8 lanes (order cannot matter for these). */
 AI float hmax8(__m256 v) {
@@ -372,11 +361,6 @@ AI void float_groups2(const mm_args *a, const uint32_t type, int64_t g0, int64_t
     }
 }
 
-void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1) {
-    const int64_t g0 = j0 / MM_NC, g1 = (j1 + MM_NC - 1) / MM_NC;
-    switch (a->w->type) {
-    case INVAR_T_F16: float_groups2(a, INVAR_T_F16, g0, g1); break;
-    case INVAR_T_BF16: float_groups2(a, INVAR_T_BF16, g0, g1); break;
-    default: float_groups2(a, INVAR_T_F32, g0, g1); break;
-    }
-}
+void mm_avx2_f32(const mm_args *a, int64_t g0, int64_t g1) { float_groups2(a, INVAR_T_F32, g0, g1); }
+void mm_avx2_f16(const mm_args *a, int64_t g0, int64_t g1) { float_groups2(a, INVAR_T_F16, g0, g1); }
+void mm_avx2_bf16(const mm_args *a, int64_t g0, int64_t g1) { float_groups2(a, INVAR_T_BF16, g0, g1); }

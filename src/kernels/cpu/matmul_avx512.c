@@ -331,9 +331,9 @@ AI void run_panels(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1
     }
 }
 
-static void run_p_q4_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_0, g0, g1); }
-static void run_p_q4_1(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_1, g0, g1); }
-static void run_p_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q8_0, g0, g1); }
+void mm_avx512_q4_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_0, g0, g1); }
+void mm_avx512_q4_1(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q4_1, g0, g1); }
+void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, INVAR_T_Q8_0, g0, g1); }
 
 /* Runs kernel K for rows [i0, i0+R) of group g and stores the valid columns. */
 #define RUN_ROWS(K, R)                                                                  \
@@ -358,9 +358,9 @@ static void run_p_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a,
     }
 
 #define GROUP_LOOP(NAME, K, REC)                                                        \
-    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
         const cpu_weight *w = a->w;                                                     \
-        const int64_t nu = w->k / mm_unit_elems(w->type);                              \
+        const int64_t nu = w->k / a->kt->q->block_elems;                                \
         for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                     \
             const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                          \
             for (int64_t g = g0; g < g1; g++) {                                         \
@@ -372,19 +372,8 @@ static void run_p_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a,
         }                                                                               \
     }
 
-GROUP_LOOP(run_q4_k, k_q4_k, MM_REC_Q4_K)
-GROUP_LOOP(run_q6_k, k_q6_k, MM_REC_Q6_K)
-
-void mm_quant_avx512(const mm_args *a, int64_t g0, int64_t g1) {
-    switch (a->w->type) {
-    case INVAR_T_Q4_0: run_p_q4_0(a, g0, g1); break;
-    case INVAR_T_Q4_1: run_p_q4_1(a, g0, g1); break;
-    case INVAR_T_Q8_0: run_p_q8_0(a, g0, g1); break;
-    case INVAR_T_Q4_K: run_q4_k(a, g0, g1); break;
-    case INVAR_T_Q6_K: run_q6_k(a, g0, g1); break;
-    default: break;
-    }
-}
+GROUP_LOOP(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K)
+GROUP_LOOP(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */
 AI void quant_block(const float *xb, int8_t *q, float *d, int *s0, int *s1) {
@@ -420,8 +409,9 @@ void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int1
     }
 }
 
-void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R, int64_t k,
+void mm_quantize_panel_avx512(const mm_kernel *kt, const float *x, int64_t ldx, int R, int64_t k,
                               uint8_t *panel) {
+    const int sum_aux = kt->panel == MM_PANEL_SUM, offset = kt->panel_offset;
     for (int r = 0; r < R; r++)
         for (int64_t b = 0; b < k / MM_QK; b++) {
             uint8_t *blk = panel + (size_t)b * (size_t)R * MM_PB;
@@ -430,11 +420,11 @@ void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R,
             quant_block(x + r * ldx + 32 * b, (int8_t *)blk + 32 * r, &d, &s0, &s1);
             const int sum = s0 + s1;
             int32_t aux;
-            if (type == INVAR_T_Q4_1) {
+            if (sum_aux) {
                 const float fs = (float)sum;
                 memcpy(&aux, &fs, 4);
             } else {
-                aux = (type == INVAR_T_Q8_0 ? -128 : -8) * sum;
+                aux = offset * sum;
             }
             memcpy(blk + 32 * R + 4 * r, &d, 4);
             memcpy(blk + 36 * R + 4 * r, &aux, 4);
@@ -552,20 +542,21 @@ FLOAT_GROUPS(float_f16, INVAR_T_F16)
 FLOAT_GROUPS(float_bf16, INVAR_T_BF16)
 
 /* F32 needs no conversion; a buffer copy would only add a pass. */
-static void float_f32(const mm_args *a, int64_t g, int G) {
+static void float_f32(const mm_args *a, int64_t g, int G, int convert) {
+    (void)convert;
     if (G == 3) float_direct(a, INVAR_T_F32, g, 3);
     else if (G == 2) float_direct(a, INVAR_T_F32, g, 2);
     else float_direct(a, INVAR_T_F32, g, 1);
 }
 
-void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1) {
-    const cpu_weight *w = a->w;
-    const int64_t g1 = (j1 + MM_NC - 1) / MM_NC;
-    const int convert = a->m >= FT_CONV_MIN_M;
-    for (int64_t g = j0 / MM_NC; g < g1; g += FT_G) {
-        const int G = (int)(g1 - g < FT_G ? g1 - g : FT_G);
-        if (w->type == INVAR_T_F16) float_f16(a, g, G, convert);
-        else if (w->type == INVAR_T_BF16) float_bf16(a, g, G, convert);
-        else float_f32(a, g, G);
+/* Groups [g0, g1), FT_G at a time. */
+#define FLOAT_KERNEL(NAME, GROUPS)                                          \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                   \
+        const int convert = a->m >= FT_CONV_MIN_M;                          \
+        for (int64_t g = g0; g < g1; g += FT_G)                             \
+            GROUPS(a, g, (int)(g1 - g < FT_G ? g1 - g : FT_G), convert);    \
     }
-}
+
+FLOAT_KERNEL(mm_avx512_f32, float_f32)
+FLOAT_KERNEL(mm_avx512_f16, float_f16)
+FLOAT_KERNEL(mm_avx512_bf16, float_bf16)

@@ -9,7 +9,7 @@
  *     Q4_0, Q8_0, Q6_K:  f = dw * (float)isum
  *     Q4_1:              f = fma(mw, (float)xsum, dw * (float)dot)
  *     Q4_K:              f = fma(-dmin, (float)imin, d * (float)isum)
- * mm_unit_accum_scalar in matmul_scalar.c defines the operation sequence; the SIMD
+ * mm_unit_* in matmul_scalar.c define the operation sequence; the SIMD
  * kernels perform the same operations lane-wise (vfmadd / vfnmadd for the fmas).
  *
  * Packed layout. Weight columns (rows of W) are grouped by MM_NC = 16; the last group
@@ -63,8 +63,13 @@ typedef struct {
 #define MM_PR 8
 #define MM_PB 40 /* bytes per row per block */
 
+struct mm_kernel;
+typedef struct mm_args mm_args;
+/* Output columns of groups [g0, g1) (MM_NC columns each, the last one partial), all m rows. */
+typedef void (*mm_groups_fn)(const mm_args *a, int64_t g0, int64_t g1);
+
 /* One call's arguments, shared by all tasks. */
-typedef struct {
+struct mm_args {
     const cpu_weight *w;
     int64_t m;
     const float *x; /* float activations (float weight types) */
@@ -73,42 +78,93 @@ typedef struct {
     uint8_t *xp;    /* or activation panels (AVX-512 with a panel type), else NULL */
     float *y;
     int64_t ldy;
-} mm_args;
+    const struct mm_kernel *kt; /* w's row of the kernel table */
+    mm_groups_fn run;           /* kt's kernel for the ISA of this call */
+};
 
-int mm_is_quantised(uint32_t type);
-/* Elements per weight block ("unit") and bytes of one packed record (0: not packed). */
-int64_t mm_unit_elems(uint32_t type);
-size_t mm_rec_bytes(uint32_t type);
+/* ---- The kernel table: one row per weight type the matmul supports (matmul_traits.c).
+ * Every type-dependent choice outside the kernels' own code reads it; cpu_matmul looks
+ * the row up once per call, never inside a loop over rows, columns or K. (Inside a
+ * kernel, a `type` argument is a compile-time constant of an always-inlined body shared
+ * by several types, e.g. unpack_rec or fload: specialisation, not dispatch.) */
+
+/* Fills one packed record from unit u of the (up to MM_NC) rows of one column group. */
+typedef void (*mm_pack_fn)(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+/* The reference operation sequence of one weight unit (mm_unit_* below). */
+typedef float (*mm_unit_fn)(const void *wrow, int64_t u, const int8_t *xq, const float *xd,
+                            const int16_t *xs, float acc);
+
+/* What the AVX-512 activation panels store as a block's aux for this type (see MM_PR). */
+typedef enum {
+    MM_PANEL_NONE,   /* no panels: the kernels read the row layout of mm_xq */
+    MM_PANEL_OFFSET, /* int32 panel_offset * sum(q): the weights' offset, folded into the dot */
+    MM_PANEL_SUM,    /* float (float)sum(q): multiplies the weight block's minimum */
+} mm_panel_kind;
+
+#define MM_N_ISA 3 /* cpu_isa values: scalar, AVX2, AVX-512 */
+
+typedef struct mm_kernel {
+    const quant_traits *q; /* block geometry: the type's row of formats' table */
+    int quantised;         /* int8 activation blocks; else one float FMA chain per output */
+    size_t rec_bytes;      /* packed record: per weight unit (quantised) or per k (float) */
+    mm_panel_kind panel;
+    int panel_offset;      /* MM_PANEL_OFFSET only */
+    mm_pack_fn pack;       /* quantised only (float types are transposed generically) */
+    mm_unit_fn unit;       /* quantised only: the reference sequence (split-K control) */
+    mm_groups_fn run[MM_N_ISA]; /* by cpu_isa; NULL: the next lower ISA's (scalar required) */
+} mm_kernel;
+
+/* The row of a type, or NULL when the matmul does not support it. */
+const mm_kernel *mm_kernel_of(uint32_t type);
 
 /* Row-local activation quantisation; all three give the same bits. */
 void mm_quantize_row_scalar(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
 void mm_quantize_row_avx2(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
 void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
-/* Rows [p*MM_PR, p*MM_PR + R) of x (row stride ldx) into panel p (see above); the q and
- * d bits equal those of mm_quantize_row_*. */
-int mm_panel_type(uint32_t type);
-void mm_quantize_panel_avx512(uint32_t type, const float *x, int64_t ldx, int R, int64_t k,
+/* Rows [p*MM_PR, p*MM_PR + R) of x (row stride ldx) into panel p (see above) for a weight
+ * of kernel kt (kt->panel != MM_PANEL_NONE); the q and d bits equal those of
+ * mm_quantize_row_*. */
+void mm_quantize_panel_avx512(const mm_kernel *kt, const float *x, int64_t ldx, int R, int64_t k,
                               uint8_t *panel);
 /* Per-block scale from max|x|, shared by all quantisers so this scalar maths is one
  * piece of code. Returns 0 when the block's quants must be all zero: max 0 or tiny
  * (d = 0), or `bad` = a non-finite input (d = NaN, so the outputs become NaN). */
 int mm_block_scale(float amax, int bad, float *d, float *id);
 
-/* Column groups [g0, g1) of W for all m rows. */
-void mm_quant_scalar(const mm_args *a, int64_t g0, int64_t g1);
-void mm_quant_avx2(const mm_args *a, int64_t g0, int64_t g1);
-void mm_quant_avx512(const mm_args *a, int64_t g0, int64_t g1);
-/* Columns [j0, j1) for float weight types (F32/F16/BF16); j0 is a multiple of MM_NC. */
-void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1);
-void mm_float_avx2(const mm_args *a, int64_t j0, int64_t j1);
-void mm_float_avx512(const mm_args *a, int64_t j0, int64_t j1);
+/* The kernels of the table (mm_groups_fn), per ISA and type. */
+#define MM_KERNELS(isa)                                                  \
+    void mm_##isa##_f32(const mm_args *a, int64_t g0, int64_t g1);      \
+    void mm_##isa##_f16(const mm_args *a, int64_t g0, int64_t g1);      \
+    void mm_##isa##_bf16(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q8_0(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q4_0(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q4_1(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q4_K(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);
+MM_KERNELS(scalar)
+MM_KERNELS(avx2)
+MM_KERNELS(avx512)
+#undef MM_KERNELS
 
-/* The reference operation sequence, used by the scalar kernel and the split-K negative
- * control: returns acc after `acc = fma(dx, f, acc)` for the activation blocks of
- * weight unit u of row `wrow` (1 block, or 8 for K-quants); xq/xd/xs are one
+/* Record packing (mm_pack_fn), matmul_pack.c. */
+void mm_pack_q8_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+void mm_pack_q4_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+void mm_pack_q4_1(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+
+/* The reference operation sequence (mm_unit_fn), used by the scalar kernels and the
+ * split-K negative control: returns acc after `acc = fma(dx, f, acc)` for the activation
+ * blocks of weight unit u of row `wrow` (1 block, or 8 for K-quants); xq/xd/xs are one
  * activation row. */
-float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
-                           const float *xd, const int16_t *xs, float acc);
+#define MM_UNIT(T) \
+    float mm_unit_##T(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc);
+MM_UNIT(q8_0)
+MM_UNIT(q4_0)
+MM_UNIT(q4_1)
+MM_UNIT(q4_K)
+MM_UNIT(q6_K)
+#undef MM_UNIT
 
 /* Float weight types (F32, F16, BF16): y[i][j] is one fused multiply-add chain over k,
  *     acc = +0; for k = 0 .. K-1: acc = fma(x[i][k], (float)W[j][k], acc)
@@ -116,6 +172,5 @@ float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int
  * 16 columns' values side by side (native type, MM_FREC bytes per k), so lane c of a
  * vector is column c and a tile of rows x groups shares every load. */
 #define MM_FREC(type) ((type) == INVAR_T_F32 ? 64 : 32)
-float mm_float_dot_scalar(uint32_t type, const float *x, const void *wrow, int64_t k);
 
 #endif

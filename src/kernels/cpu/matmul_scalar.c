@@ -71,16 +71,6 @@ void mm_quantize_row_scalar(const float *x, int64_t k, int8_t *q, float *d, int1
     }
 }
 
-static void q4_k_scale_min(const uint8_t *sc, int j, int *s, int *m) {
-    if (j < 4) {
-        *s = sc[j] & 63;
-        *m = sc[j + 4] & 63;
-    } else {
-        *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-}
-
 /* Six-bit quant (0..63, offset 32 not applied) of element e of a Q6_K block. */
 static inline int q6_k_quant(const block_q6_K *B, int e) {
     int n = e / 128, r = e % 128, qtr = r / 32, l = r % 32;
@@ -93,119 +83,132 @@ static inline int q6_k_quant(const block_q6_K *B, int e) {
 /* acc after the activation blocks of weight unit u, each `acc = fmaf(dx, f, acc)`
  * with the block factor f below. These expressions ARE the contract the SIMD kernels
  * follow (same operations, same order, fused where fmaf is written). */
-float mm_unit_accum_scalar(uint32_t type, const void *wrow, int64_t u, const int8_t *xq,
-                           const float *xd, const int16_t *xs, float acc) {
-    switch (type) {
-    case INVAR_T_Q4_0: {
-        const block_q4_0 *B = (const block_q4_0 *)wrow + u;
-        const int8_t *x = xq + u * 32;
-        int dp = 0;
-        for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
-        int isum = dp - 8 * (xs[2 * u] + xs[2 * u + 1]);
-        float f = fp16_to_f32(B->d) * (float)isum;
-        return fmaf(xd[u], f, acc);
-    }
-    case INVAR_T_Q4_1: {
-        const block_q4_1 *B = (const block_q4_1 *)wrow + u;
-        const int8_t *x = xq + u * 32;
-        int dp = 0;
-        for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
-        int sx = xs[2 * u] + xs[2 * u + 1];
-        float f = fmaf(fp16_to_f32(B->m), (float)sx, fp16_to_f32(B->d) * (float)dp);
-        return fmaf(xd[u], f, acc);
-    }
-    case INVAR_T_Q8_0: {
-        const block_q8_0 *B = (const block_q8_0 *)wrow + u;
-        const int8_t *x = xq + u * 32;
-        int isum = 0; /* |isum| <= 32*128*127 */
-        for (int i = 0; i < 32; i++) isum += B->qs[i] * x[i];
-        float f = fp16_to_f32(B->d) * (float)isum;
-        return fmaf(xd[u], f, acc);
-    }
-    case INVAR_T_Q4_K: {
-        const block_q4_K *B = (const block_q4_K *)wrow + u;
-        const float d = fp16_to_f32(B->d), dmin = fp16_to_f32(B->dmin);
-        for (int j = 0; j < 8; j++) {
-            const int64_t b = u * 8 + j;
-            const int8_t *x = xq + b * 32;
-            const uint8_t *qs = B->qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            int dp = 0; /* <= 32*15*127 */
-            for (int i = 0; i < 32; i++) dp += ((qs[i] >> shift) & 0xF) * x[i];
-            int sc, mn;
-            q4_k_scale_min(B->scales, j, &sc, &mn);
-            int isum = sc * dp;                         /* < 63*60960 < 2^22 */
-            int imin = mn * (xs[2 * b] + xs[2 * b + 1]); /* < 63*4064 */
-            /* d*isum - dmin*imin with the second product fused (vfnmadd). */
-            float f = fmaf(-dmin, (float)imin, d * (float)isum);
-            acc = fmaf(xd[b], f, acc);
-        }
-        return acc;
-    }
-    case INVAR_T_Q6_K: {
-        const block_q6_K *B = (const block_q6_K *)wrow + u;
-        const float d = fp16_to_f32(B->d);
-        for (int a = 0; a < 8; a++) {
-            const int64_t b = u * 8 + a;
-            const int8_t *x = xq + b * 32;
-            int dlo = 0, dhi = 0;
-            for (int i = 0; i < 16; i++) {
-                dlo += q6_k_quant(B, 32 * a + i) * x[i];
-                dhi += q6_k_quant(B, 32 * a + 16 + i) * x[16 + i];
-            }
-            /* |each half| <= 16*32*127 = 65024, times |scale| <= 128: |isum| < 2^24 */
-            int isum = B->scales[2 * a] * (dlo - 32 * xs[2 * b]) +
-                       B->scales[2 * a + 1] * (dhi - 32 * xs[2 * b + 1]);
-            float f = d * (float)isum;
-            acc = fmaf(xd[b], f, acc);
-        }
-        return acc;
-    }
-    default: return acc;
-    }
+float mm_unit_q4_0(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    const block_q4_0 *B = (const block_q4_0 *)wrow + u;
+    const int8_t *x = xq + u * 32;
+    int dp = 0;
+    for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
+    int isum = dp - 8 * (xs[2 * u] + xs[2 * u + 1]);
+    float f = fp16_to_f32(B->d) * (float)isum;
+    return fmaf(xd[u], f, acc);
 }
 
-void mm_quant_scalar(const mm_args *a, int64_t g0, int64_t g1) {
+float mm_unit_q4_1(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    const block_q4_1 *B = (const block_q4_1 *)wrow + u;
+    const int8_t *x = xq + u * 32;
+    int dp = 0;
+    for (int i = 0; i < 16; i++) dp += (B->qs[i] & 0xF) * x[i] + (B->qs[i] >> 4) * x[i + 16];
+    int sx = xs[2 * u] + xs[2 * u + 1];
+    float f = fmaf(fp16_to_f32(B->m), (float)sx, fp16_to_f32(B->d) * (float)dp);
+    return fmaf(xd[u], f, acc);
+}
+
+float mm_unit_q8_0(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    (void)xs;
+    const block_q8_0 *B = (const block_q8_0 *)wrow + u;
+    const int8_t *x = xq + u * 32;
+    int isum = 0; /* |isum| <= 32*128*127 */
+    for (int i = 0; i < 32; i++) isum += B->qs[i] * x[i];
+    float f = fp16_to_f32(B->d) * (float)isum;
+    return fmaf(xd[u], f, acc);
+}
+
+float mm_unit_q4_K(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    const block_q4_K *B = (const block_q4_K *)wrow + u;
+    const float d = fp16_to_f32(B->d), dmin = fp16_to_f32(B->dmin);
+    for (int j = 0; j < 8; j++) {
+        const int64_t b = u * 8 + j;
+        const int8_t *x = xq + b * 32;
+        const uint8_t *qs = B->qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        int dp = 0; /* <= 32*15*127 */
+        for (int i = 0; i < 32; i++) dp += ((qs[i] >> shift) & 0xF) * x[i];
+        uint8_t sc, mn;
+        quant_q4_K_scale_min(B->scales, j, &sc, &mn);
+        int isum = sc * dp;                         /* < 63*60960 < 2^22 */
+        int imin = mn * (xs[2 * b] + xs[2 * b + 1]); /* < 63*4064 */
+        /* d*isum - dmin*imin with the second product fused (vfnmadd). */
+        float f = fmaf(-dmin, (float)imin, d * (float)isum);
+        acc = fmaf(xd[b], f, acc);
+    }
+    return acc;
+}
+
+float mm_unit_q6_K(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    const block_q6_K *B = (const block_q6_K *)wrow + u;
+    const float d = fp16_to_f32(B->d);
+    for (int a = 0; a < 8; a++) {
+        const int64_t b = u * 8 + a;
+        const int8_t *x = xq + b * 32;
+        int dlo = 0, dhi = 0;
+        for (int i = 0; i < 16; i++) {
+            dlo += q6_k_quant(B, 32 * a + i) * x[i];
+            dhi += q6_k_quant(B, 32 * a + 16 + i) * x[16 + i];
+        }
+        /* |each half| <= 16*32*127 = 65024, times |scale| <= 128: |isum| < 2^24 */
+        int isum = B->scales[2 * a] * (dlo - 32 * xs[2 * b]) +
+                   B->scales[2 * a + 1] * (dhi - 32 * xs[2 * b + 1]);
+        float f = d * (float)isum;
+        acc = fmaf(xd[b], f, acc);
+    }
+    return acc;
+}
+
+/* Groups [g0, g1) of a quantised weight: each output is its unit sequence in K order.
+ * Always inlined with a constant `unit`, so each type's loop calls its unit directly. */
+static inline __attribute__((always_inline)) void quant_groups(const mm_args *a, int64_t g0, int64_t g1,
+                                                               mm_unit_fn unit) {
     const cpu_weight *w = a->w;
     const int64_t j0 = g0 * MM_NC, j1 = g1 * MM_NC < w->n ? g1 * MM_NC : w->n;
-    const int64_t ue = mm_unit_elems(w->type), nu = w->k / ue;
+    const int64_t nu = w->k / a->kt->q->block_elems;
     const int64_t nb = a->xq.nb, k = w->k;
     for (int64_t j = j0; j < j1; j++) {
         const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
         for (int64_t i = 0; i < a->m; i++) {
             float acc = 0.0f;
             for (int64_t u = 0; u < nu; u++)
-                acc = mm_unit_accum_scalar(w->type, wrow, u, a->xq.q + i * k, a->xq.d + i * nb,
-                                           a->xq.s + i * 2 * nb, acc);
+                acc = unit(wrow, u, a->xq.q + i * k, a->xq.d + i * nb, a->xq.s + i * 2 * nb, acc);
             a->y[i * a->ldy + j] = acc;
         }
     }
 }
 
-static inline float weight_at(uint32_t type, const void *wrow, int64_t k) {
-    switch (type) {
-    case INVAR_T_F16: return fp16_to_f32(((const uint16_t *)wrow)[k]);
-    case INVAR_T_BF16: {
-        uint32_t u = (uint32_t)((const uint16_t *)wrow)[k] << 16;
-        float f;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    default: return ((const float *)wrow)[k];
-    }
+#define QUANT_GROUPS(t) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { quant_groups(a, g0, g1, mm_unit_##t); }
+QUANT_GROUPS(q8_0)
+QUANT_GROUPS(q4_0)
+QUANT_GROUPS(q4_1)
+QUANT_GROUPS(q4_K)
+QUANT_GROUPS(q6_K)
+
+/* Float weights: element kk of a row, per type. */
+static inline float weight_f32(const void *wrow, int64_t kk) { return ((const float *)wrow)[kk]; }
+static inline float weight_f16(const void *wrow, int64_t kk) { return fp16_to_f32(((const uint16_t *)wrow)[kk]); }
+static inline float weight_bf16(const void *wrow, int64_t kk) {
+    uint32_t u = (uint32_t)((const uint16_t *)wrow)[kk] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
-float mm_float_dot_scalar(uint32_t type, const float *x, const void *wrow, int64_t k) {
-    float acc = 0.0f;
-    for (int64_t kk = 0; kk < k; kk++) acc = fmaf(x[kk], weight_at(type, wrow, kk), acc);
-    return acc;
-}
-
-void mm_float_scalar(const mm_args *a, int64_t j0, int64_t j1) {
+/* Groups [g0, g1) of a float weight: one fmaf chain over k per output. */
+static inline __attribute__((always_inline)) void float_groups(const mm_args *a, int64_t g0, int64_t g1,
+                                                               float (*weight_at)(const void *, int64_t)) {
     const cpu_weight *w = a->w;
+    const int64_t j0 = g0 * MM_NC, j1 = g1 * MM_NC < w->n ? g1 * MM_NC : w->n;
     for (int64_t j = j0; j < j1; j++) {
         const void *wrow = (const uint8_t *)w->data + j * w->row_bytes;
-        for (int64_t i = 0; i < a->m; i++)
-            a->y[i * a->ldy + j] = mm_float_dot_scalar(w->type, a->x + i * a->ldx, wrow, w->k);
+        for (int64_t i = 0; i < a->m; i++) {
+            const float *x = a->x + i * a->ldx;
+            float acc = 0.0f;
+            for (int64_t kk = 0; kk < w->k; kk++) acc = fmaf(x[kk], weight_at(wrow, kk), acc);
+            a->y[i * a->ldy + j] = acc;
+        }
     }
 }
+
+#define FLOAT_GROUPS(t) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { float_groups(a, g0, g1, weight_##t); }
+FLOAT_GROUPS(f32)
+FLOAT_GROUPS(f16)
+FLOAT_GROUPS(bf16)

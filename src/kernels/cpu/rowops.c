@@ -1,11 +1,11 @@
-#include "rowops.h"
+#include "kernels/cpu/rowops.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "attention.h"
-#include "vec16.h"
-#include "vec16_kernels.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec16.h"
+#include "kernels/cpu/vec16_kernels.h"
 
 /* Lane 0 of the vector exp: the same bits as any lane of any vector call. */
 float invar_expf(float x) {

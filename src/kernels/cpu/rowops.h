@@ -5,7 +5,7 @@
 #define INVAR_ROWOPS_H
 #include <stdbool.h>
 #include <stdint.h>
-#include "threadpool.h"
+#include "kernels/cpu/threadpool.h"
 
 /* The one exp (vec16.h: invar_exp16); scalar callers get lane 0 of the same code. */
 float invar_expf(float x);

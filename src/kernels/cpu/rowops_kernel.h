@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "vec16.h"
+#include "kernels/cpu/vec16.h"
 
 /* silu(x) = x / (1 + e^-x), lane-wise. */
 V16_AI f32x16 silu16(f32x16 x) { return x / (1.0f + v16_kernel_exp(-x)); }

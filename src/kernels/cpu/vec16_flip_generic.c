@@ -2,9 +2,9 @@
  * flipped (vec16.h: v16_kernel_exp), the negative control of the cross-ISA comparisons
  * (vec16_kernels.h: vec16_testing_flip_isa). The real kernels are vec16_generic.c. */
 #define VEC16_TESTING_FLIP 1
-#include "attention_kernel.h"
-#include "rowops_kernel.h"
-#include "vec16_kernels.h"
+#include "kernels/cpu/attention_kernel.h"
+#include "kernels/cpu/rowops_kernel.h"
+#include "kernels/cpu/vec16_kernels.h"
 
 const vec16_kernels vec16_kernels_generic_flip = {attn_tile_any, silu_mul_any, expf_n_any, argmax_any, logsumexp_any,
                                                   attn_tile_split};

@@ -5,8 +5,8 @@
 #define INVAR_VEC16_KERNELS_H
 #include <stdint.h>
 
-#include "attention.h"
-#include "cpu_features.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
 
 #define ATTN_TILE_QUERIES 8 /* = ATTN_QMAX of attention_kernel.h */
 

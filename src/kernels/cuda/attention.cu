@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 #define SPLIT INVAR_CUDA_KV_SPLIT
 #define PAGE INVAR_CUDA_PAGE
@@ -48,12 +48,12 @@ static __device__ __forceinline__ float fold_val(float x, float xc, float a, flo
 
 #define HD 128
 #define AT(name) name##_hd128
-#include "attention_body.cuh"
+#include "kernels/cuda/attention_body.cuh"
 #undef HD
 #undef AT
 #define HD 64
 #define AT(name) name##_hd64
-#include "attention_body.cuh"
+#include "kernels/cuda/attention_body.cuh"
 #undef HD
 #undef AT
 

@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 int invar_cuda_fail(invar_cuda_ctx *ctx, int code, const char *fmt, ...)
 {

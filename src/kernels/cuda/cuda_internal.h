@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include "invar_cuda.h"
-#include "invar_cuda_testing.h"
+#include "kernels/cuda/invar_cuda_testing.h"
 
 struct invar_cuda_ctx {
     int device;

@@ -1,7 +1,7 @@
 /* The non-invariant comparison path: the same product through cuBLAS (its kernel choice,
  * and so its reduction order, changes with M). */
 #include <cublas_v2.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 void invar_cuda_cublas_destroy(invar_cuda_ctx *ctx)
 {

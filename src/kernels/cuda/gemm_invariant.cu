@@ -4,10 +4,10 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
-#include "cuda_internal.h"
-#include "gemm_config.cuh"
-#include "hopper_ptx.cuh"
-#include "wgmma_m64n128k16.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/gemm_config.cuh"
+#include "kernels/cuda/hopper_ptx.cuh"
+#include "kernels/cuda/wgmma_m64n128k16.cuh"
 
 struct gemm_params {
     int M, N, K;

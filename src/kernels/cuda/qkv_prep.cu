@@ -8,7 +8,7 @@
  * lane 0 result is used), so nothing depends on the batch. */
 #include <cuda_bf16.h>
 #include <math.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 #define PREP_WARPS 8
 #define PREP_HD_MAX 128

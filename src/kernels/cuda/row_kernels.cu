@@ -4,7 +4,7 @@
  * with explicit rounding intrinsics (no contraction into FMA left to the compiler). */
 #include <cuda_bf16.h>
 #include <math.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 #define NORM_THREADS 256
 #define NORM_MAX_VEC 4      /* D <= NORM_THREADS * 8 * NORM_MAX_VEC = 8192 */

@@ -10,7 +10,7 @@
  * logits row and lse, whatever else is in the batch. A candidate set larger than
  * INVAR_CUDA_SAMPLE_CAP is reported (status 1) for the caller to sample on the host. */
 #include <math.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 #define S_THREADS 1024
 #define CAP INVAR_CUDA_SAMPLE_CAP

@@ -1,7 +1,7 @@
 /* Device-side helpers for the tests and the benchmark: random fill without a host round trip,
  * and a bitwise row comparison that avoids copying gigabytes back. */
 #include <cuda_bf16.h>
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 static __device__ __forceinline__ float hash_uniform(uint64_t seed, size_t i)
 {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cuda_test_util.h" /* CK */
 #include "invar.h"
 #include "invar_cuda.h"
 #include "sampling/sampler.h"
@@ -34,14 +35,6 @@ static float gauss(void) {
     return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
 }
 
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static void fill_row(float *x, int V, int kind) {
     for (int v = 0; v < V; v++) {

@@ -1,0 +1,62 @@
+/* Repacking of quantised weights into the kernels' records (layouts in
+ * matmul_internal.h): one function per type, reached through the kernel table. */
+#include <string.h>
+
+#include "formats/quant.h"
+#include "kernels/cpu/matmul_internal.h"
+
+/* Copies 4-byte word `wi` of column c's quant bytes to its transposed slot. */
+static void put_word(uint8_t *rec, int wi, int c, const uint8_t *src) {
+    memcpy(rec + 64 * wi + 4 * c, src + 4 * wi, 4);
+}
+
+static void put_u16(uint8_t *rec, size_t off, int c, uint16_t v) {
+    memcpy(rec + off + 2 * (size_t)c, &v, 2);
+}
+
+void mm_pack_q4_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q4_0 *B = (const block_q4_0 *)rows[c] + u;
+        for (int wi = 0; wi < 4; wi++) put_word(rec, wi, c, B->qs);
+        put_u16(rec, 256, c, B->d);
+    }
+}
+
+void mm_pack_q4_1(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q4_1 *B = (const block_q4_1 *)rows[c] + u;
+        for (int wi = 0; wi < 4; wi++) put_word(rec, wi, c, B->qs);
+        put_u16(rec, 256, c, B->d);
+        put_u16(rec, 288, c, B->m);
+    }
+}
+
+void mm_pack_q8_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q8_0 *B = (const block_q8_0 *)rows[c] + u;
+        for (int wi = 0; wi < 8; wi++) put_word(rec, wi, c, (const uint8_t *)B->qs);
+        put_u16(rec, 512, c, B->d);
+    }
+}
+
+/* The 6-bit scales and mins unpacked to a byte each, so the kernels just widen them. */
+void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q4_K *B = (const block_q4_K *)rows[c] + u;
+        for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->qs);
+        put_u16(rec, 2048, c, B->d);
+        put_u16(rec, 2080, c, B->dmin);
+        for (int j = 0; j < 8; j++)
+            quant_q4_K_scale_min(B->scales, j, &rec[2112 + 16 * j + c], &rec[2240 + 16 * j + c]);
+    }
+}
+
+void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q6_K *B = (const block_q6_K *)rows[c] + u;
+        for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->ql);
+        for (int wi = 0; wi < 16; wi++) put_word(rec + 2048, wi, c, B->qh);
+        for (int s = 0; s < 16; s++) rec[3072 + 16 * s + c] = (uint8_t)B->scales[s];
+        put_u16(rec, 3328, c, B->d);
+    }
+}

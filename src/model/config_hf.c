@@ -1,0 +1,141 @@
+/* Hyperparameters of a Hugging Face model directory, from config.json: the same
+ * model_config and bounds as GGUF metadata gives (config.h). What the forward pass does not
+ * implement (other architectures, rope scaling other than linear, sliding windows, biases
+ * Llama/Qwen3 do not have) is refused by name rather than run differently. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/config.h"
+#include "formats/json_file.h"
+
+#define FAIL(...) do { snprintf(err, errlen, "config.json: " __VA_ARGS__); return -1; } while (0)
+
+static const cJSON *item(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNull(v) ? NULL : v; /* null means "the default" in these files */
+}
+
+static int get_int(const cJSON *cfg, const char *key, int64_t lo, int64_t hi, bool required, int64_t def,
+                   int64_t *out, char *err, size_t errlen) {
+    const cJSON *v = item(cfg, key);
+    if (!v) {
+        if (required) FAIL("missing %s", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_exact_int(v, lo, hi, out))
+        FAIL("%s must be an integer in [%lld, %lld]", key, (long long)lo, (long long)hi);
+    return 0;
+}
+
+static int get_float(const cJSON *o, const char *key, double lo, double hi, float def, float *out, char *err,
+                     size_t errlen) {
+    const cJSON *v = item(o, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        FAIL("%s must be a number in [%g, %g]", key, lo, hi);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static bool get_bool(const cJSON *o, const char *key, bool def) {
+    const cJSON *v = item(o, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+}
+
+static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    static const struct { const char *type, *cls; model_arch arch; } archs[] = {
+        {"llama", "LlamaForCausalLM", ARCH_LLAMA},
+        {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2},
+        {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+    };
+    const char *type = cJSON_GetStringValue(item(cfg, "model_type"));
+    if (!type) FAIL("missing model_type");
+    for (size_t k = 0; k < sizeof archs / sizeof *archs; k++) {
+        if (strcmp(type, archs[k].type)) continue;
+        const cJSON *list = item(cfg, "architectures");
+        const char *cls = cJSON_IsArray(list) ? cJSON_GetStringValue(list->child) : archs[k].cls;
+        if (!cls || strcmp(cls, archs[k].cls))
+            FAIL("architectures[0] '%.60s' is not %s (only causal LM checkpoints are supported)", cls ? cls : "?",
+                 archs[k].cls);
+        c->arch = archs[k].arch;
+        snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[k].type);
+        return 0;
+    }
+    FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3)", type);
+}
+
+/* rope_scaling (or transformers 5's rope_parameters): none, default or linear. */
+static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    const cJSON *params = item(cfg, "rope_parameters");
+    const cJSON *theta_from = params && item(params, "rope_theta") ? params : cfg;
+    if (get_float(theta_from, "rope_theta", FLT_MIN, FLT_MAX, 10000.0f, &c->rope_base, err, errlen)) return -1;
+    c->rope_freq_scale = 1.0f;
+    const cJSON *s = item(cfg, "rope_scaling");
+    if (!s) s = params;
+    if (!s) return 0;
+    if (!cJSON_IsObject(s)) FAIL("rope_scaling is not an object");
+    const char *type = cJSON_GetStringValue(item(s, "rope_type"));
+    if (!type) type = cJSON_GetStringValue(item(s, "type"));
+    if (!type || !strcmp(type, "default")) return 0;
+    if (strcmp(type, "linear"))
+        FAIL("rope scaling type '%.40s' is not supported (supported: default, linear)", type);
+    float factor;
+    if (get_float(s, "factor", 1e-6, 1e6, 1.0f, &factor, err, errlen)) return -1;
+    c->rope_freq_scale = 1.0f / factor;
+    return 0;
+}
+
+static int read_dims(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    if (get_int(cfg, "num_hidden_layers", 1, MODEL_MAX_LAYERS, true, 0, &c->n_layer, err, errlen) ||
+        get_int(cfg, "hidden_size", 1, MODEL_MAX_EMBD, true, 0, &c->n_embd, err, errlen) ||
+        get_int(cfg, "intermediate_size", 1, MODEL_MAX_FF, true, 0, &c->n_ff, err, errlen) ||
+        get_int(cfg, "num_attention_heads", 1, MODEL_MAX_HEADS, true, 0, &c->n_head, err, errlen) ||
+        get_int(cfg, "num_key_value_heads", 1, c->n_head, false, c->n_head, &c->n_head_kv, err, errlen) ||
+        get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, 2048, &c->n_ctx_train, err, errlen))
+        return -1;
+    if (c->n_head % c->n_head_kv)
+        FAIL("num_attention_heads %lld is not a multiple of num_key_value_heads %lld", (long long)c->n_head,
+             (long long)c->n_head_kv);
+    if (get_int(cfg, "head_dim", 2, MODEL_MAX_HEAD_DIM, false, c->n_embd / c->n_head, &c->head_dim, err, errlen))
+        return -1;
+    if (c->head_dim < 2 || c->head_dim % 2)
+        FAIL("unsupported head dim %lld (even, 2 to %d)", (long long)c->head_dim, MODEL_MAX_HEAD_DIM);
+    c->n_rot = c->head_dim;
+    return 0;
+}
+
+/* What the Llama/Qwen forward pass here does not implement. */
+static int refuse_variants(const cJSON *cfg, const model_config *c, char *err, size_t errlen) {
+    const char *act = cJSON_GetStringValue(item(cfg, "hidden_act"));
+    if (act && strcmp(act, "silu")) FAIL("hidden_act '%.40s' is not supported (silu only)", act);
+    if (c->arch != ARCH_QWEN2 && get_bool(cfg, "attention_bias", false))
+        FAIL("attention_bias true is not supported for %s", c->arch_name);
+    if (get_bool(cfg, "mlp_bias", false)) FAIL("mlp_bias true is not supported");
+    if (get_bool(cfg, "use_sliding_window", false)) FAIL("use_sliding_window true is not supported");
+    const cJSON *prf = item(cfg, "partial_rotary_factor");
+    if (prf && (!cJSON_IsNumber(prf) || prf->valuedouble != 1.0)) FAIL("partial_rotary_factor != 1 is not supported");
+    return 0;
+}
+
+int model_config_read_hf(const cJSON *cfg, model_config *c, bool *tied, int64_t *vocab_size, char *err,
+                         size_t errlen) {
+    memset(c, 0, sizeof *c);
+    if (!cJSON_IsObject(cfg)) FAIL("not a JSON object");
+    if (read_arch(cfg, c, err, errlen) || read_dims(cfg, c, err, errlen) || read_rope(cfg, c, err, errlen) ||
+        refuse_variants(cfg, c, err, errlen) ||
+        get_float(cfg, "rms_norm_eps", 0.0, 1.0, 1e-6f, &c->rms_eps, err, errlen) ||
+        get_int(cfg, "vocab_size", 1, INT32_MAX / 2, false, 0, vocab_size, err, errlen))
+        return -1;
+    /* Llama's q/k rows are put into GGUF's interleaved-pair order at load (hf_weights.c), so
+     * every architecture keeps the rope layout its GGUF conversion has. */
+    c->rope_neox = c->arch != ARCH_LLAMA;
+    *tied = get_bool(cfg, "tie_word_embeddings", false);
+    c->n_vocab = 0; /* set from the embedding tensor */
+    return 0;
+}

@@ -1,0 +1,170 @@
+#include "model/hf_weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/safetensors_set.h"
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+
+struct hf_weights {
+    st_set *set;
+    int64_t n;
+    gguf_tensor *views;   /* sorted by (GGUF) name */
+    int64_t n_owned;
+    void **owned;         /* row-permuted copies (Llama q/k) */
+};
+
+enum { ANY = 0, ONLY_QWEN2 = 1, ONLY_QWEN3 = 2 };
+
+/* HF name (after "model.layers.<i>.") -> GGUF name (after "blk.<i>."). */
+static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
+    {"input_layernorm.weight", "attn_norm.weight", ANY},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", ANY},
+    {"self_attn.q_proj.weight", "attn_q.weight", ANY},
+    {"self_attn.k_proj.weight", "attn_k.weight", ANY},
+    {"self_attn.v_proj.weight", "attn_v.weight", ANY},
+    {"self_attn.o_proj.weight", "attn_output.weight", ANY},
+    {"self_attn.q_proj.bias", "attn_q.bias", ONLY_QWEN2},
+    {"self_attn.k_proj.bias", "attn_k.bias", ONLY_QWEN2},
+    {"self_attn.v_proj.bias", "attn_v.bias", ONLY_QWEN2},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", ONLY_QWEN3},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", ONLY_QWEN3},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", ANY},
+    {"mlp.up_proj.weight", "ffn_up.weight", ANY},
+    {"mlp.down_proj.weight", "ffn_down.weight", ANY},
+};
+
+static const struct { const char *hf, *gguf; } k_global_names[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+
+static bool arch_has(const model_config *c, int only) {
+    return only == ANY || (only == ONLY_QWEN2 && c->arch == ARCH_QWEN2) || (only == ONLY_QWEN3 && c->arch == ARCH_QWEN3);
+}
+
+/* "model.layers.<i>.<rest>" with a plain decimal i below n_layer. */
+static bool split_layer(const char *s, int64_t n_layer, int64_t *il, const char **rest) {
+    static const char prefix[] = "model.layers.";
+    if (strncmp(s, prefix, sizeof prefix - 1)) return false;
+    const char *p = s + sizeof prefix - 1;
+    int64_t v = 0;
+    const char *d = p;
+    while (*d >= '0' && *d <= '9' && d - p < 6) v = v * 10 + (*d++ - '0');
+    if (d == p || *d != '.' || (d - p > 1 && *p == '0') || v >= n_layer) return false;
+    *il = v;
+    *rest = d + 1;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The GGUF name of an HF tensor into out; 1: not used (skip), 0: mapped, -1: no place in c. */
+static int gguf_name(const model_config *c, bool tied, const char *hf, char *out, size_t cap) {
+    if (ends_with(hf, ".rotary_emb.inv_freq")) return 1; /* recomputed from rope_theta */
+    if (tied && !strcmp(hf, "lm_head.weight")) return 1;
+    for (size_t k = 0; k < sizeof k_global_names / sizeof *k_global_names; k++)
+        if (!strcmp(hf, k_global_names[k].hf)) {
+            snprintf(out, cap, "%s", k_global_names[k].gguf);
+            return 0;
+        }
+    int64_t il;
+    const char *rest;
+    if (split_layer(hf, c->n_layer, &il, &rest))
+        for (size_t k = 0; k < sizeof k_layer_names / sizeof *k_layer_names; k++)
+            if (!strcmp(rest, k_layer_names[k].hf) && arch_has(c, k_layer_names[k].only)) {
+                snprintf(out, cap, "blk.%lld.%s", (long long)il, k_layer_names[k].gguf);
+                return 0;
+            }
+    return -1;
+}
+
+/* GGUF's Llama q/k rows: head h's rotary pair i is rows (2i, 2i+1), where HF has (i, i + hd/2). */
+static int permute_rows(hf_weights *w, gguf_tensor *v, int64_t n_heads, int64_t hd, char *err, size_t errlen) {
+    int64_t rows = v->n_dims >= 2 ? v->ne[1] : 1;
+    if (v->n_dims != 2 || rows != n_heads * hd) FAIL("tensor %s: expected %lld rows", v->name, (long long)(n_heads * hd));
+    size_t rb = (size_t)(v->nbytes / (uint64_t)rows);
+    char *dst = malloc(v->nbytes ? v->nbytes : 1);
+    if (!dst) FAIL("out of memory");
+    w->owned[w->n_owned++] = dst;
+    const char *src = v->data;
+    for (int64_t h = 0; h < n_heads; h++)
+        for (int64_t i = 0; i < hd / 2; i++)
+            for (int64_t j = 0; j < 2; j++)
+                memcpy(dst + (size_t)(h * hd + 2 * i + j) * rb, src + (size_t)(h * hd + j * (hd / 2) + i) * rb, rb);
+    v->data = dst;
+    return 0;
+}
+
+static int cmp_view(const void *a, const void *b) {
+    return strcmp(((const gguf_tensor *)a)->name, ((const gguf_tensor *)b)->name);
+}
+
+static int add_view(hf_weights *w, const model_config *c, const st_tensor *t, const char *name, char *err,
+                    size_t errlen) {
+    if (t->n_dims < 1 || t->n_dims > 4) FAIL("tensor %s has %u dimensions (1 to 4)", t->name, t->n_dims);
+    gguf_tensor *v = &w->views[w->n];
+    v->name = strdup(name);
+    if (!v->name) FAIL("out of memory");
+    w->n++;
+    v->n_dims = t->n_dims;
+    for (uint32_t d = 0; d < 4; d++) v->ne[d] = d < t->n_dims ? t->shape[t->n_dims - 1 - d] : 1;
+    v->type = t->type;
+    v->data = t->data;
+    v->nbytes = t->nbytes;
+    if (c->arch == ARCH_LLAMA && (ends_with(name, ".attn_q.weight") || ends_with(name, ".attn_k.weight")))
+        return permute_rows(w, v, ends_with(name, ".attn_q.weight") ? c->n_head : c->n_head_kv, c->head_dim, err,
+                            errlen);
+    return 0;
+}
+
+static int map_all(hf_weights *w, const model_config *c, bool tied, char *err, size_t errlen) {
+    int64_t n = st_set_n_tensors(w->set);
+    w->views = calloc((size_t)(n ? n : 1), sizeof *w->views);
+    w->owned = calloc((size_t)(n ? n : 1), sizeof *w->owned);
+    if (!w->views || !w->owned) FAIL("out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        const st_tensor *t = st_set_tensor(w->set, i);
+        char name[96];
+        int rc = gguf_name(c, tied, t->name, name, sizeof name);
+        if (rc < 0) FAIL("tensor '%.80s' has no place in invar's %s model (an unsupported variant?)", t->name, c->arch_name);
+        if (rc == 0 && add_view(w, c, t, name, err, errlen)) return -1;
+    }
+    qsort(w->views, (size_t)w->n, sizeof *w->views, cmp_view);
+    if (!tied && !hf_weights_find(w, "output.weight"))
+        FAIL("lm_head.weight is missing and tie_word_embeddings is false");
+    return 0;
+}
+
+int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen) {
+    *out = NULL;
+    hf_weights *w = calloc(1, sizeof *w);
+    if (!w) FAIL("out of memory");
+    if (st_set_open(dir, &w->set, err, errlen) || map_all(w, c, tied, err, errlen)) {
+        hf_weights_close(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+void hf_weights_close(hf_weights *w) {
+    if (!w) return;
+    for (int64_t i = 0; i < w->n; i++) free((char *)w->views[i].name);
+    for (int64_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->views);
+    free(w->owned);
+    st_set_close(w->set);
+    free(w);
+}
+
+const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name) {
+    gguf_tensor key = {.name = gguf_name};
+    return bsearch(&key, w->views, (size_t)w->n, sizeof key, cmp_view);
+}

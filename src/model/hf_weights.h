@@ -1,0 +1,23 @@
+/* The weights of a Hugging Face directory as the tensor views the model loader reads from a
+ * GGUF: GGUF names ("blk.3.attn_q.weight"), ne[] innermost first, data in the mapping. */
+#ifndef INVAR_HF_WEIGHTS_H
+#define INVAR_HF_WEIGHTS_H
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "formats/gguf.h"
+#include "model/config.h"
+
+typedef struct hf_weights hf_weights;
+
+/* Opens dir's safetensors and maps every tensor to its GGUF name. A tensor with no place in
+ * c's architecture is an error (it would be silently ignored otherwise: e.g. o_proj.bias);
+ * rotary inv_freq buffers are skipped. Llama's q/k projections are copied with their rows
+ * in GGUF's order (HF keeps each head's rotary halves apart, GGUF interleaves them), so the
+ * forward pass and its bits are those of the GGUF conversion. tied: lm_head.weight, if
+ * present, is not used (the embedding is); untied: it is required. */
+int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen);
+void hf_weights_close(hf_weights *w);
+const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name); /* NULL if absent */
+
+#endif

@@ -1,0 +1,328 @@
+"""Hugging Face model directories (`--model DIR`) against the GGUF path and `tokenizers`.
+
+Checkpoints are written by tools/gguf_to_hf.py with the `safetensors` and `tokenizers`
+packages: the default model (weights dequantised and stored as BF16) and the synthetic
+Llama (untied lm_head), Qwen2 (QKV bias) and Qwen3 (QK-norm, head_dim != n_embd/n_head)
+models, with a GGUF of exactly the stored values beside each. Checked:
+  * token ids (and decoded bytes) equal `tokenizers` loading the directory's tokenizer.json,
+    on the tricky-string set, with special tokens parsed and not;
+  * logits from the directory equal the GGUF's bit for bit, one file or sharded, and a
+    directory whose Llama q/k rows were left in GGUF order differs (the rotary layout is
+    really exercised);
+  * generate, batch and score give the GGUF's results; serve runs from the directory;
+  * broken or unsupported directories (hostile safetensors headers, wrong dtypes, tensors
+    that belong nowhere, unsupported tokenizer or config features) fail with a clear error.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import INVAR_BIN, BUILD_DIR
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tokenizer_cases as cases  # noqa: E402
+
+gguf_to_hf = pytest.importorskip("gguf_to_hf")
+pytestmark = pytest.mark.skipif(not INVAR_BIN.exists(), reason=f"{INVAR_BIN} not built")
+
+TOKENS = "1,2,3,400,5000,19556,905,216,33,34,35,28,1085,17,9,42"
+
+
+def run(args, stdin=None, timeout=600):
+    return subprocess.run([str(INVAR_BIN), *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def logits(model: Path, tmp_path: Path, tokens: str = TOKENS) -> bytes:
+    out = tmp_path / f"logits-{abs(hash(str(model)))}.bin"
+    p = run(["logits", "--model", str(model), "--tokens", tokens, "--out", str(out)])
+    assert p.returncode == 0, p.stderr
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def hf_default(tmp_path_factory, default_model):
+    """(directory, GGUF with the same stored values) of the default model, BF16."""
+    d = tmp_path_factory.mktemp("hf_default")
+    gguf_to_hf.convert(str(default_model), str(d / "smollm2"), "BF16", gguf_out=str(d / "smollm2-bf16.gguf"))
+    return d / "smollm2", d / "smollm2-bf16.gguf"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, synthetic_model):
+    """(directory, GGUF with the same stored values) of the synthetic Qwen3 model, F32."""
+    d = tmp_path_factory.mktemp("hf_tiny")
+    gguf_to_hf.convert(str(synthetic_model("qwen3-Q4_1")), str(d / "qwen3"), "F32", gguf_out=str(d / "qwen3.gguf"))
+    return d / "qwen3", d / "qwen3.gguf"
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def invar_encode(model: Path, texts, special=True):
+    helper = BUILD_DIR / "test_tokenizer"
+    if not helper.exists():
+        pytest.skip(f"{helper} not built")
+    args = [str(helper), "--encode", str(model)] + ([] if special else ["--no-special"])
+    data = "".join(t.encode("utf-8").hex() + "\n" for t in texts)
+    p = subprocess.run(args, input=data, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return [[int(x) for x in line.split()] for line in p.stdout.split("\n")[:-1]]
+
+
+def test_token_ids_match_tokenizers(hf_default):
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    ref = Tokenizer.from_file(str(d / "tokenizer.json"))
+    ours = invar_encode(d, cases.ALL)
+    assert len(ours) == len(cases.ALL) >= 150
+    bad = [(t, o) for t, o in zip(cases.ALL, ours) if o != ref.encode(t, add_special_tokens=False).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+    # Special tokens as plain text (tokenizers: encode_special_tokens).
+    ref.encode_special_tokens = True
+    texts = cases.SPECIAL + cases.MIXED
+    for t, o in zip(texts, invar_encode(d, texts, special=False)):
+        assert o == ref.encode(t, add_special_tokens=False).ids, t
+    # Decoding is the reference's too.
+    ref.encode_special_tokens = False
+    for t, o in zip(cases.ALL, ours):
+        assert ref.decode(o, skip_special_tokens=False) == ref.decode(ref.encode(t, add_special_tokens=False).ids,
+                                                                      skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("pre", ["llama3", "qwen2"])
+def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
+    """The same vocabulary behind the Llama-3 split (with ignore_merges, as Llama-3's
+    tokenizer.json has it) and the Qwen2 split: the directory maps them to invar's."""
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    regex = gguf_to_hf.LLAMA3_REGEX if pre == "llama3" else gguf_to_hf.QWEN2_REGEX
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    j["model"]["ignore_merges"] = pre == "llama3"
+    out = tmp_path / pre
+    out.mkdir()
+    (out / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ours = invar_encode(out, cases.ALL)
+    bad = [(t, o) for t, o in zip(cases.ALL, ours) if o != ref.encode(t, add_special_tokens=False).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+
+
+def test_token_ids_match_gguf(hf_default, default_model):
+    d, _ = hf_default
+    assert invar_encode(d, cases.ALL) == invar_encode(default_model, cases.ALL)
+
+
+# ---------------------------------------------------------------- logits
+
+
+def test_default_model_logits_bitwise(hf_default, tmp_path):
+    d, same_values = hf_default
+    a, b = logits(d, tmp_path), logits(same_values, tmp_path)
+    assert len(a) == 16 * 49152 * 4
+    assert a == b
+
+
+@pytest.mark.parametrize("variant,dtype,shards", [
+    ("llama-output-Q4_1", "F16", 1),   # untied lm_head
+    ("qwen2-Q4_1", "BF16", 2),         # QKV biases; a sharded checkpoint with its index
+])
+def test_synthetic_logits_bitwise(synthetic_model, tmp_path, variant, dtype, shards):
+    src = synthetic_model(variant)
+    d, same = tmp_path / "hf", tmp_path / "same.gguf"
+    gguf_to_hf.convert(str(src), str(d), dtype, shards=shards, gguf_out=str(same))
+    if shards > 1:
+        assert (d / "model.safetensors.index.json").exists() and not (d / "model.safetensors").exists()
+    assert logits(d, tmp_path) == logits(same, tmp_path)
+
+
+def test_qwen3_logits_bitwise(tiny_dir, tmp_path):
+    """QK-norm, head_dim 64 != 128/4 (the tiny directory the other tests use, F32)."""
+    d, same = tiny_dir
+    assert logits(d, tmp_path) == logits(same, tmp_path)
+
+
+def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
+    """A float model converts losslessly, so its directory equals the source GGUF itself; the
+    same directory with q/k rows left in GGUF's interleaved order must not."""
+    import safetensors.numpy as stn
+    src = synthetic_model("llama-F32")
+    d = tmp_path / "hf"
+    gguf_to_hf.convert(str(src), str(d), "F32")
+    base = logits(src, tmp_path)
+    assert logits(d, tmp_path) == base
+    cfg = json.loads((d / "config.json").read_text())
+    w = stn.load_file(str(d / "model.safetensors"))
+    for name in list(w):
+        if name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = cfg["num_attention_heads"] if "q_proj" in name else cfg["num_key_value_heads"]
+            r = w[name].shape[0]
+            w[name] = np.ascontiguousarray(
+                w[name].reshape(heads, 2, r // heads // 2, -1).swapaxes(1, 2).reshape(w[name].shape))
+    stn.save_file(w, str(d / "model.safetensors"))
+    assert logits(d, tmp_path) != base
+
+
+# ---------------------------------------------------------------- commands
+
+
+def test_generate_batch_score_match_gguf(tiny_dir):
+    """On the tiny Qwen3 directory (cheap to run): the same text, results and logprobs."""
+    d, same = tiny_dir
+    outs = {}
+    for m in (d, same):
+        g = run(["generate", "--model", str(m), "--max-tokens", "12", "The capital of France is"])
+        assert g.returncode == 0, g.stderr
+        req = [{"id": "c", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 6,
+                "temperature": 0.8, "seed": 7, "logprobs": 2},
+               {"id": "p", "prompt": "1, 2, 3,", "max_tokens": 6}]
+        b = run(["batch", "--model", str(m)], stdin="".join(json.dumps(r) + "\n" for r in req))
+        assert b.returncode == 0, b.stderr
+        s = run(["score", "--model", str(m), "The capital of France is", " Paris."])
+        assert s.returncode == 0, s.stderr
+        outs[m] = (g.stdout, b.stdout, s.stdout)
+    assert outs[d] == outs[same]
+    assert outs[d][0].strip() and len(outs[d][1].splitlines()) == 2
+    assert all("error" not in json.loads(line) for line in outs[d][1].splitlines())
+
+
+def test_serve_from_directory(hf_default):
+    import test_server as ts
+    d, _ = hf_default
+    proc, port = ts.start_server("--model", str(d) + "/")
+    try:
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("GET", "/v1/models")
+        models = json.loads(conn.getresponse().read())
+        assert [m["id"] for m in models["data"]] == ["smollm2"]
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        out = json.loads(r.read())
+        assert r.status == 200, out
+        assert out["choices"][0]["message"]["content"]
+        assert out["usage"]["completion_tokens"] > 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def broken(tiny_dir, tmp_path, edit):
+    d = tmp_path / "broken"
+    shutil.copytree(tiny_dir[0], d)
+    edit(d)
+    p = run(["tokenize", "--model", str(d), "hi"])
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "Sanitizer" not in p.stderr and "Traceback" not in p.stderr
+    return p.stderr
+
+
+def rewrite_header(d: Path, fn):
+    """Applies fn to the parsed safetensors header and writes it back (data unchanged)."""
+    f = d / "model.safetensors"
+    raw = f.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    fn(h)
+    text = json.dumps(h).encode()
+    text += b" " * (-len(text) % 8)
+    f.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
+def edit_json(d: Path, name: str, fn):
+    p = d / name
+    j = json.loads(p.read_text())
+    fn(j)
+    p.write_text(json.dumps(j))
+
+
+def first_weight(h):
+    return next(k for k in h if k.endswith("q_proj.weight"))
+
+
+def overlap(h):
+    """Layer 1's input norm claims layer 0's bytes (same shape and dtype)."""
+    a, b = (f"model.layers.{i}.input_layernorm.weight" for i in (0, 1))
+    h[b]["data_offsets"] = h[a]["data_offsets"]
+
+
+HOSTILE_HEADERS = {
+    "huge header length": (lambda d: (d / "model.safetensors").write_bytes(
+        struct.pack("<Q", 1 << 62) + (d / "model.safetensors").read_bytes()[8:]), "exceeds the 100000000-byte limit"),
+    "header past the end": (lambda d: (d / "model.safetensors").write_bytes(
+        struct.pack("<Q", 1 << 26) + b"{}"), "runs past the end"),
+    "offsets past the end": (lambda d: rewrite_header(d, lambda h: h[first_weight(h)].update(
+        data_offsets=[0, 1 << 40])), "outside the"),
+    "overlapping ranges": (lambda d: rewrite_header(d, overlap), "overlapping data_offsets"),
+    "size disagrees with shape": (lambda d: rewrite_header(d, lambda h: h[first_weight(h)].update(
+        shape=[h[first_weight(h)]["shape"][0] + 1, h[first_weight(h)]["shape"][1]])), "needs"),
+    "wrong dtype": (lambda d: rewrite_header(d, lambda h: h[first_weight(h)].update(dtype="I32")),
+                    "dtype 'I32' is not supported (F32, F16, BF16)"),
+    "not JSON": (lambda d: (d / "model.safetensors").write_bytes(struct.pack("<Q", 6) + b"{oops}"), "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_HEADERS))
+def test_hostile_safetensors_headers(tiny_dir, tmp_path, case):
+    edit, want = HOSTILE_HEADERS[case]
+    err = broken(tiny_dir, tmp_path, edit)
+    assert want in err and "model.safetensors" in err, err
+
+
+def _extra_tensor(d: Path):
+    import safetensors.numpy as stn
+    w = stn.load_file(str(d / "model.safetensors"))
+    w["model.layers.0.self_attn.o_proj.bias"] = np.zeros(w["model.norm.weight"].shape, np.float32)
+    stn.save_file(w, str(d / "model.safetensors"))
+
+
+UNSUPPORTED = {
+    "no config.json": (lambda d: (d / "config.json").unlink(), "is a directory without config.json"),
+    "other model_type": (lambda d: edit_json(d, "config.json", lambda j: j.update(model_type="gemma")),
+                         "unsupported model_type 'gemma'"),
+    "rope scaling": (lambda d: edit_json(d, "config.json", lambda j: j.update(
+        rope_scaling={"rope_type": "yarn", "factor": 4.0})), "rope scaling type 'yarn' is not supported"),
+    "sliding window": (lambda d: edit_json(d, "config.json", lambda j: j.update(use_sliding_window=True)),
+                       "use_sliding_window"),
+    "vocab size": (lambda d: edit_json(d, "config.json", lambda j: j.update(vocab_size=7)), "vocab_size 7"),
+    "tensor with no place": (_extra_tensor, "o_proj.bias' has no place in invar's qwen3 model"),
+    "missing tensor": (lambda d: rewrite_header(d, lambda h: h.pop(first_weight(h))), "missing tensor blk.0.attn_q"),
+    "no tokenizer.json": (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json"),
+    "normalizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={"type": "NFC"})),
+                   "normalizer 'NFC' is not supported"),
+    "pre-tokenizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(
+        pre_tokenizer={"type": "Whitespace"})), "unsupported pre_tokenizer"),
+    "tokenizer model": (lambda d: edit_json(d, "tokenizer.json", lambda j: j["model"].update(type="Unigram")),
+                        "model type 'Unigram' is not supported"),
+    "byte fallback": (lambda d: edit_json(d, "tokenizer.json", lambda j: j["model"].update(byte_fallback=True)),
+                      "byte_fallback"),
+    "shard outside the directory": (lambda d: (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"x": "../model.safetensors"}})), "does not name a .safetensors file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSUPPORTED))
+def test_unsupported_directories_are_refused(tiny_dir, tmp_path, case):
+    edit, want = UNSUPPORTED[case]
+    err = broken(tiny_dir, tmp_path, edit)
+    assert want in err, err
+
+
+def test_tiny_directory_loads(tiny_dir):
+    p = run(["tokenize", "--model", str(tiny_dir[0]), "hi"])
+    assert p.returncode == 0, p.stderr
