@@ -7,13 +7,15 @@
 #include "request/request.h"
 #include "request/token_text.h"
 
-const char *batch_request(const invar_model *m, const cJSON *o, job *j, char *err, size_t errlen) {
+const char *batch_request(const invar_model *m, const cJSON *o, const cli_spec *spec, job *j, char *err,
+                          size_t errlen) {
     req_decoded d;
     req_error e;
     if (req_decode(m, o, REQ_BATCH, &d, &e)) {
         snprintf(err, errlen, "%s", e.message);
         return err;
     }
+    if (spec) req_default_speculation(&d, spec->mode, spec->tokens);
     j->samp = d.samp;
     j->prompt = d.prompts[0].ids; /* ownership moves to the job */
     j->n_prompt = d.prompts[0].n_ids;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/batch_json.h"
+#include "cli/cli_spec.h"
 #include "request/request.h"
 
 static const char *HELP =
@@ -28,6 +29,7 @@ static const char *HELP =
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
     "  --timing               add per-request timing (first token, done) to each result\n"
+    CLI_SPEC_HELP
     CLI_ENGINE_HELP
     "\n"
     "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
@@ -45,6 +47,7 @@ typedef struct {
     bool timing;
     const char *out_name;
     bool write_failed;         /* a result was lost: nothing more is written */
+    const cli_spec *spec;       /* every request's speculation (command line) */
 } batch_ctx;
 
 static void write_failed(batch_ctx *c, int err) {
@@ -106,7 +109,7 @@ static int read_requests(batch_ctx *c, FILE *in) {
         } else {
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
             if (id) c->ids[i] = cJSON_Duplicate(id, 1);
-            bad = batch_request(c->m, o, j, err, sizeof err);
+            bad = batch_request(c->m, o, c->spec, j, err, sizeof err);
             cJSON_Delete(o);
         }
         if (bad) {
@@ -123,6 +126,7 @@ int cmd_batch(int argc, char **argv) {
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     bool timing = false;
+    cli_spec sp = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -133,6 +137,7 @@ int cmd_batch(int argc, char **argv) {
         }
         const char *name = a + 2, *val = argv[++i];
         int r = cli_engine_opt(&cfg, name, val);
+        if (r == 0) r = cli_spec_opt(&sp, &cfg, name, val);
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
         if (!strcmp(name, "model")) model_path = val;
@@ -148,7 +153,13 @@ int cmd_batch(int argc, char **argv) {
     batch_ctx c = {0};
     c.timing = timing;
     c.m = cli_load_model(model_path);
-    if (!c.m) { if (in != stdin) fclose(in); return EXIT_MODEL; }
+    c.spec = &sp;
+    int spec_rc = c.m ? cli_spec_load(&sp, &cfg) : EXIT_MODEL;
+    if (spec_rc) {
+        invar_model_free(c.m);
+        if (in != stdin) fclose(in);
+        return spec_rc;
+    }
     int rc = read_requests(&c, in) ? EXIT_IO : EXIT_OK;
     if (in != stdin) fclose(in);
     if (rc == EXIT_OK && out_path) {
@@ -199,5 +210,6 @@ int cmd_batch(int argc, char **argv) {
         rc = EXIT_IO;
     }
     invar_model_free(c.m);
+    cli_spec_free(&sp);
     return rc;
 }

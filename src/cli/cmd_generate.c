@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_spec.h"
 #include "cli/jobs.h"
 #include "common/clock.h"
 #include "request/token_text.h"
@@ -24,6 +25,7 @@ static const char *HELP =
     "  --temperature T        0 = greedy (default 0)\n"
     "  --top-k N, --top-p P, --min-p P, --seed S   sampling controls\n"
     "  --verbose              print token counts and speed to stderr\n"
+    CLI_SPEC_HELP
     CLI_ENGINE_HELP;
 
 typedef struct {
@@ -54,6 +56,7 @@ int cmd_generate(int argc, char **argv) {
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     cfg.max_batch = 1;
+    cli_spec sp = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -68,6 +71,7 @@ int cmd_generate(int argc, char **argv) {
         if (i + 1 >= argc) { fprintf(stderr, "invar generate: %s needs a value\n", a); return EXIT_USAGE; }
         const char *name = a + 2, *val = argv[++i];
         int r = cli_engine_opt(&cfg, name, val);
+        if (r == 0) r = cli_spec_opt(&sp, &cfg, name, val);
         int64_t v;
         bool ok = true;
         if (r < 0) return EXIT_USAGE;
@@ -86,6 +90,12 @@ int cmd_generate(int argc, char **argv) {
     if (!prompt) { fprintf(stderr, "invar generate: no prompt given (see --help)\n"); return EXIT_USAGE; }
     invar_model *m = cli_load_model(model_path);
     if (!m) return EXIT_MODEL;
+    int spec_rc = cli_spec_load(&sp, &cfg);
+    if (spec_rc) {
+        invar_model_free(m);
+        return spec_rc;
+    }
+    cli_spec_apply(&sp, &s);
     char err[256] = "tokenization failed";
     job j = {0};
     j.samp = s;
@@ -121,13 +131,21 @@ int cmd_generate(int argc, char **argv) {
         } else {
             fputc('\n', stdout);
             if (cli_finish_output(stdout, "generate", "standard output")) rc = EXIT_IO;
-            if (verbose)
-                fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f s, finish=%s]\n", (long long)j.n_prompt,
+            if (verbose) {
+                invar_engine_stats st;
+                invar_engine_get_stats(e, &st);
+                fprintf(stderr, "[%lld prompt tokens, %lld generated, %.2f s, finish=%s", (long long)j.n_prompt,
                         (long long)r.n_tokens, now_seconds() - t0, r.finish == INVAR_FINISH_STOP ? "stop" : "length");
+                if (st.spec_steps)
+                    fprintf(stderr, ", %lld/%lld drafted tokens kept", (long long)st.spec_accepted,
+                            (long long)st.spec_drafted);
+                fputs("]\n", stderr);
+            }
         }
     }
     invar_engine_free(e);
     job_clear(&j);
     invar_model_free(m);
+    cli_spec_free(&sp);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cli_spec.h"
 #include "common/clock.h"
 #include "common/utf8.h"
 #include "server/server.h"
@@ -33,6 +34,7 @@ static const char *HELP =
     "  --idle-timeout-s N     close a connection silent for N s (default 30)\n"
     "  --request-timeout-s N  close a connection whose request is not all in after N s (default 15)\n"
     "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
+    CLI_SPEC_HELP
     CLI_ENGINE_HELP;
 
 /* The last path component, *len bytes (a directory's "DIR/" names DIR). */
@@ -78,6 +80,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t per_ip = 0, max_open = 0, idle_s = 30, request_s = 15; /* 0: derived below */
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(HELP, stdout); return EXIT_OK; }
@@ -87,6 +90,7 @@ int cmd_serve(int argc, char **argv) {
         }
         const char *name = a + 2, *val = argv[++i];
         int r = cli_engine_opt(&cfg, name, val);
+        if (r == 0) r = cli_spec_opt(&spec, &cfg, name, val);
         bool ok = true;
         if (r < 0) return EXIT_USAGE;
         if (r) continue;
@@ -114,16 +118,24 @@ int cmd_serve(int argc, char **argv) {
     const char *path = cli_model_path(model_opt);
     invar_model *m = cli_load_model(model_opt);
     if (!m) return EXIT_MODEL;
+    int spec_rc = cli_spec_load(&spec, &cfg);
+    if (spec_rc) {
+        invar_model_free(m);
+        return spec_rc;
+    }
     char err[256];
     srv_state s;
     memset(&s, 0, sizeof s);
     s.model = m;
+    s.spec_mode = spec.mode;
+    s.spec_tokens = spec.tokens;
     /* The name goes into JSON (and is matched against requests): valid UTF-8 only. */
     size_t name_len;
     const char *base = basename_of(path, &name_len);
     char *name = utf8_sanitize(base, name_len);
     if (!name) {
         invar_model_free(m);
+        cli_spec_free(&spec);
         return EXIT_IO;
     }
     s.model_name = name;
@@ -143,6 +155,7 @@ int cmd_serve(int argc, char **argv) {
     if (invar_engine_create(m, &cfg, &s.engine, err, sizeof err)) {
         fprintf(stderr, "invar serve: %s\n", err);
         invar_model_free(m);
+        cli_spec_free(&spec);
         free(name);
         return EXIT_USAGE;
     }
@@ -191,6 +204,7 @@ out:
     if (engine_up) srv_engine_stop(&s);
     invar_engine_free(s.engine);
     invar_model_free(m);
+    cli_spec_free(&spec);
     free(s.pending);
     free(name);
     if (rc == EXIT_OK) fprintf(stderr, "invar serve: stopped\n");

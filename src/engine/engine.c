@@ -24,6 +24,9 @@
 #include "engine/block_pool.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_testing.h"
+#include "engine/spec_draft.h"
+#include "engine/spec_ngram.h"
+#include "engine/spec_rejection.h"
 #include "invar.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
@@ -41,6 +44,12 @@ typedef struct {
     int64_t n_hashed;           /* blocks of seq hashed so far */
     int64_t n_registered;       /* full computed blocks offered to the prefix cache */
     int64_t take;               /* tokens scheduled in the current step */
+    int32_t n_draft;            /* drafted tokens waiting in seq[n_seq, n_seq + n_draft) */
+    int64_t row0, n_rows;       /* this step's sampling rows: row0 .. row0 + n_rows - 1 */
+    int64_t n_emit;             /* of their tokens, those this step emits */
+    int32_t spec_misses;        /* verifications in a row that kept no draft */
+    int32_t spec_wait;          /* decode steps to run without drafts before trying again */
+    draft_seq dseq;             /* its state in the draft model (INVAR_SPEC_DRAFT) */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
@@ -66,8 +75,8 @@ struct invar_engine {
     backend *be;                /* the device: weights, forward pass, logits, sampling */
     backend_kv *kv;             /* its paged KV storage, indexed by the block pool's ids */
     block_pool pool;
-    sample_row *rows;           /* per logits row of a step: parameters and position */
-    invar_token_info *infos;    /* per logits row of a step */
+    sample_row *rows;           /* per sampling row of a step: parameters and position */
+    invar_token_info *infos;    /* per sampling row of a step */
     req_slot *slots;            /* by id, ascending */
     int64_t n_slots, cap_slots, n_holes;
     int64_t next_id;
@@ -79,6 +88,7 @@ struct invar_engine {
     int32_t *b_tokens, *b_pos, *b_logit_rows;
     const int32_t **b_tables;
     int64_t *b_logit_req;       /* ids of the sampling rows' requests */
+    int64_t *b_logit_pos;       /* the position each sampling row chooses a token for */
     int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
     request **b_plp_req;        /* valid until the step's callbacks run */
     float *b_plp_out;
@@ -86,6 +96,13 @@ struct invar_engine {
     void *cb_user;
     int64_t n_active;           /* queued or running */
     int64_t preemptions, tokens_computed, tokens_generated;
+    int64_t spec_steps, spec_drafted, spec_accepted;
+    spec_draft *draft;          /* the draft model, if the config names one */
+    draft_job *draft_jobs;      /* per running sequence */
+    invar_testing_drafter test_drafter; /* tests: replaces the real drafts */
+    void *test_drafter_user;
+    bool spec_rejection;        /* NEGATIVE CONTROL (tests): spec_rejection.h */
+    float *rej_logits, *rej_work;
     char error[256];
 };
 
@@ -117,6 +134,8 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.max_batch <= 0) FAIL("max_batch must be > 0");
     if (cfg.max_batch_tokens < cfg.max_batch) cfg.max_batch_tokens = cfg.max_batch;
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
+    if (cfg.spec_step_tokens < 0) FAIL("spec_step_tokens must be >= 0");
+    if (cfg.spec_step_tokens == 0) cfg.spec_step_tokens = cfg.device == INVAR_DEVICE_CUDA ? 64 : 4;
     e->im = im;
     e->cfg = cfg;
     /* Logits rows: a step's sequences plus prompt-logprob rows, or a scoring chunk
@@ -138,24 +157,35 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (n_blocks > INT32_MAX) FAIL("KV budget too large");
     if (e->be->ops->kv_create(e->be, n_blocks, &e->kv)) FAIL("%s", e->be->error);
     if (block_pool_init(&e->pool, n_blocks, !cfg.no_prefix_cache)) FAIL("out of memory");
+    /* The draft model's KV has as many blocks as the target's: every sequence the target
+     * holds fits (the draft has no prefix cache, so one that does not just drafts less). */
+    if (cfg.draft_model) {
+        if (spec_draft_create(cfg.draft_model->m, m, cfg.n_threads, cfg.max_batch_tokens, cfg.max_batch, n_blocks,
+                              &e->draft, berr, sizeof berr))
+            FAIL("%s", berr);
+        e->draft_jobs = malloc(sizeof(draft_job) * (size_t)cfg.max_batch);
+        if (!e->draft_jobs) FAIL("out of memory");
+    }
     /* Row buffers hold a row per token (more than the backend's rows), so that a plan
      * over the backend's rows is caught before the forward, not by overwriting memory. */
     size_t T = (size_t)cfg.max_batch_tokens, L = T;
-    e->rows = malloc(sizeof(sample_row) * (size_t)cfg.max_batch);
-    e->infos = malloc(sizeof(invar_token_info) * (size_t)cfg.max_batch);
+    /* Sampling rows: one per running sequence, and one per drafted token it verifies. */
+    e->rows = malloc(sizeof(sample_row) * (size_t)max_logits);
+    e->infos = malloc(sizeof(invar_token_info) * (size_t)max_logits);
     e->running = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
     e->b_tokens = malloc(sizeof(int32_t) * T);
     e->b_pos = malloc(sizeof(int32_t) * T);
     e->b_tables = malloc(sizeof(*e->b_tables) * T);
     e->b_logit_rows = malloc(sizeof(int32_t) * L);
-    e->b_logit_req = malloc(sizeof(int64_t) * (size_t)cfg.max_batch);
+    e->b_logit_req = malloc(sizeof(int64_t) * L);
+    e->b_logit_pos = malloc(sizeof(int64_t) * L);
     e->b_plp_rows = malloc(sizeof(int32_t) * L);
     e->b_plp_tok = malloc(sizeof(int32_t) * L);
     e->b_plp_pos = malloc(sizeof(int32_t) * L);
     e->b_plp_req = malloc(sizeof(request *) * L);
     e->b_plp_out = malloc(sizeof(float) * L);
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
-        !e->b_logit_req || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
+        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
         FAIL("out of memory");
     *out = e;
     return 0;
@@ -166,6 +196,7 @@ static void request_free(request *r) {
     if (!r) return;
     free(r->seq);
     free(r->blocks);
+    free(r->dseq.blocks);
     free(r->hashes);
     free(r->plp);
     free(r->out);
@@ -229,6 +260,8 @@ void invar_engine_free(invar_engine *e) {
     if (e->be) e->be->ops->kv_destroy(e->be, e->kv);
     backend_destroy(e->be);
     block_pool_free(&e->pool);
+    spec_draft_free(e->draft);
+    free(e->draft_jobs);
     free(e->rows);
     free(e->infos);
     free(e->running);
@@ -237,6 +270,9 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_tables);
     free(e->b_logit_rows);
     free(e->b_logit_req);
+    free(e->b_logit_pos);
+    free(e->rej_logits);
+    free(e->rej_work);
     free(e->b_plp_rows);
     free(e->b_plp_tok);
     free(e->b_plp_pos);
@@ -263,6 +299,7 @@ static void release_blocks(invar_engine *e, request *r) {
     r->n_blocks = 0;
     r->n_cached = 0;
     r->n_registered = 0;
+    if (r->dseq.blocks) draft_seq_release(e->draft, &r->dseq);
 }
 
 static void finish(invar_engine *e, request *r, invar_finish why) {
@@ -293,6 +330,7 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
             snprintf(msg, cap, "token id %d out of range [0, %lld)", prompt[i], (long long)V);
             return msg;
         }
+    if (s->speculate == INVAR_SPEC_DRAFT && !e->draft) return "speculate=draft needs an engine with a draft model";
     int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
     if (need > e->pool.n_total) {
         snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
@@ -324,7 +362,9 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
     r->plp_want = s->prompt_logprobs ? n_prompt - 1 : 0;
     r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
-    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp))
+    if (s->speculate == INVAR_SPEC_DRAFT) r->dseq.blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
+    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp) ||
+        (s->speculate == INVAR_SPEC_DRAFT && !r->dseq.blocks))
         return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
     r->n_seq = n_prompt;
@@ -457,6 +497,64 @@ static void plan(invar_engine *e) {
             budget -= r->take;
             rows -= rows_for(r, r->take);
         }
+    /* Pass 2: the drafted tokens of decodes, a logits row each, from what is left, so that
+     * speculation never delays a prefill, and within spec_step_tokens with the decodes, past
+     * which a forward's extra tokens cost more than the kept drafts save. */
+    int64_t spec = e->cfg.spec_step_tokens;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        const request *r = req_get(e, e->running[i]);
+        spec -= r->take == 1 && r->n_seq - r->n_cached == 1;
+    }
+    for (int64_t i = 0; i < e->n_running && budget > 0 && rows > 0 && spec > 0; i++) {
+        request *r = req_get(e, e->running[i]);
+        if (r->take != 1 || r->n_seq - r->n_cached != 1 || r->n_draft == 0) continue;
+        int64_t extra = r->n_draft < budget ? r->n_draft : budget;
+        if (extra > rows) extra = rows;
+        if (extra > spec) extra = spec;
+        spec -= extra;
+        r->take += extra;
+        budget -= extra;
+        rows -= extra;
+    }
+}
+
+/* Drafted tokens a decoding request may verify this step: a step emits at most one token
+ * more than it verifies, and never past the request's end (cap_seq). */
+static int32_t draft_room(request *r) {
+    if (r->samp.speculate == INVAR_SPEC_OFF || r->n_seq - r->n_cached != 1) return 0;
+    if (r->spec_wait > 0) return r->spec_wait--, 0;
+    int64_t k = r->samp.spec_tokens > 0 ? r->samp.spec_tokens : INVAR_DEFAULT_SPEC_TOKENS;
+    if (r->spec_misses > 0) k = 1; /* after a miss, a one-token probe: the cheapest forward */
+    int64_t room = r->cap_seq - r->n_seq - 1;
+    return (int32_t)(k < room ? k : room);
+}
+
+/* Each speculating decode's drafts, written after its sequence (seq has room up to cap_seq).
+ * What is drafted changes only how many tokens a step keeps, never which. */
+static int propose_drafts(invar_engine *e) {
+    const int64_t V = e->im->m->cfg.n_vocab;
+    int64_t n_jobs = 0;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        request *r = req_get(e, e->running[i]);
+        r->n_draft = 0;
+        const int32_t k = draft_room(r);
+        if (k <= 0) continue;
+        int32_t *out = r->seq + r->n_seq, n = 0;
+        if (e->test_drafter) n = e->test_drafter(e->test_drafter_user, r->id, r->seq, r->n_seq, k, out);
+        else if (r->samp.speculate == INVAR_SPEC_NGRAM) n = ngram_propose(r->seq, r->n_seq, k, out);
+        else e->draft_jobs[n_jobs++] = (draft_job){r->seq, r->n_seq, k, &r->dseq, 0}; /* batched below */
+        if (n > k) n = k;
+        int32_t valid = 0;
+        while (valid < n && out[valid] >= 0 && out[valid] < V) valid++;
+        r->n_draft = valid;
+    }
+    if (n_jobs == 0) return 0;
+    if (spec_draft_propose(e->draft, e->draft_jobs, n_jobs, e->error, sizeof e->error)) return -1;
+    for (int64_t i = 0, j = 0; i < e->n_running && j < n_jobs; i++) {
+        request *r = req_get(e, e->running[i]);
+        if (&r->dseq == e->draft_jobs[j].ds) r->n_draft = e->draft_jobs[j++].n_out;
+    }
+    return 0;
 }
 
 /* Gives every planned request the blocks its tokens need, preempting from the back of the
@@ -508,7 +606,7 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
 static int sample_rows(invar_engine *e, int64_t n_rows) {
     for (int64_t i = 0; i < n_rows; i++) {
         const request *r = req_get(e, e->b_logit_req[i]);
-        e->rows[i] = (sample_row){&r->samp, r->n_seq};
+        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i]};
     }
     return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
@@ -519,11 +617,14 @@ static int sample_rows(invar_engine *e, int64_t n_rows) {
 static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
     int64_t T = 0;
     *n_sample = *n_plp = 0;
+    for (int64_t i = 0; i < e->n_running; i++) req_get(e, e->running[i])->n_rows = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < e->n_running; i++) {
             request *r = req_get(e, e->running[i]);
-            if (r->take == 0 || (pass == 0) != (r->n_seq - r->n_cached == 1)) continue;
+            const bool decode = r->n_seq - r->n_cached == 1; /* its token and any drafts after it */
+            if (r->take == 0 || (pass == 0) != decode) continue;
             const int64_t p0 = plp_first(r), p1 = p0 + plp_rows(r, r->take);
+            r->row0 = *n_sample;
             for (int64_t j = 0; j < r->take; j++) {
                 int64_t p = r->n_cached + j;
                 if (p >= p0 && p < p1) {
@@ -535,14 +636,21 @@ static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
                 e->b_tokens[T] = r->seq[p];
                 e->b_pos[T] = (int32_t)p;
                 e->b_tables[T] = r->blocks;
+                if (decode) { /* every token of a decode chooses the token after it */
+                    e->b_logit_rows[*n_sample] = (int32_t)T;
+                    e->b_logit_pos[*n_sample] = p + 1;
+                    e->b_logit_req[(*n_sample)++] = r->id;
+                }
                 T++;
             }
             r->n_cached += r->take;
             r->take = 0;
-            if (r->n_cached == r->n_seq) {
+            if (!decode && r->n_cached == r->n_seq) {
                 e->b_logit_rows[*n_sample] = (int32_t)(T - 1);
+                e->b_logit_pos[*n_sample] = r->n_seq;
                 e->b_logit_req[(*n_sample)++] = r->id;
             }
+            r->n_rows = *n_sample - r->row0;
         }
     return T;
 }
@@ -557,8 +665,81 @@ static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
     }
 }
 
+/* Keeps the drafted tokens that equal the tokens chosen at their positions. Row j of a
+ * verifying request chose the token of position n_seq + j with the request's parameters and
+ * its (seed, position) draw, and its logits are the bits plain decoding computes there as
+ * long as every draft before it was kept (a token's logits do not depend on how its sequence
+ * was split into forwards). So the kept drafts and the first row after them are exactly the
+ * tokens plain decoding emits, and the rows after that are dropped. The dropped tokens' KV
+ * positions are rolled back: they are overwritten before anything attends to them, and the
+ * blocks past what the next step needs go back to the pool (they were never registered). */
+static void verify_drafts(invar_engine *e, request *r) {
+    const int64_t n_draft = r->n_rows - 1;
+    const int32_t *draft = r->seq + r->n_seq;
+    int64_t kept = 0;
+    if (e->spec_rejection && r->samp.temperature > 0.0f) { /* the negative control */
+        const int64_t V = e->im->m->cfg.n_vocab;
+        kept = spec_rejection_verify(e->rej_logits + r->row0 * V, V, &r->samp, r->n_seq, draft, n_draft,
+                                     e->infos + r->row0, e->rej_work);
+    } else {
+        while (kept < n_draft && e->infos[r->row0 + kept].token == draft[kept]) kept++;
+    }
+    e->spec_steps++;
+    e->spec_drafted += n_draft;
+    e->spec_accepted += kept;
+    /* Drafts that keep failing (free text the sequence does not repeat) only cost their rows:
+     * back off exponentially, 1, 3, 7 ... up to 31 decode steps, until one is kept again. */
+    r->spec_misses = kept ? 0 : r->spec_misses < 5 ? r->spec_misses + 1 : 5;
+    r->spec_wait = (1 << r->spec_misses) - 1;
+    r->n_cached = r->n_seq + kept; /* the last kept token's KV is in; the next step computes its successor's */
+    const int64_t keep = blocks_for(r->n_cached + 1);
+    while (r->n_blocks > keep) block_pool_release(&e->pool, r->blocks[--r->n_blocks]);
+    r->n_emit = kept + 1;
+}
+
+/* Sets how many of a request's rows this step emits (its drafts' verification). */
+static void verify(invar_engine *e, request *r) {
+    r->n_emit = r->n_rows > 0;
+    if (r->n_rows > 1) verify_drafts(e, r);
+    /* The draft model's K/V past the kept tokens was computed for tokens that may change. */
+    if (r->dseq.blocks && r->n_rows > 0) draft_seq_rollback(e->draft, &r->dseq, r->n_cached);
+}
+
+/* The negative control reads the logits rows it decides on (tests only). */
+static int read_rejection_rows(invar_engine *e, int64_t n_sample) {
+    if (!e->spec_rejection || n_sample == 0) return 0;
+    const size_t V = (size_t)e->im->m->cfg.n_vocab;
+    if (!e->rej_logits) e->rej_logits = malloc(sizeof(float) * V * (size_t)e->max_logits);
+    if (!e->rej_work) e->rej_work = malloc(sizeof(float) * V);
+    if (!e->rej_logits || !e->rej_work) {
+        snprintf(e->be->error, sizeof e->be->error, "out of memory");
+        return -1;
+    }
+    return e->be->ops->read_logits(e->be, n_sample, e->rej_logits);
+}
+
+/* Emits each sampling row group's kept tokens in row order. A callback may cancel or
+ * release any request, so each token looks its request up again; a finished request
+ * (end-of-generation, max_tokens, a stop string that cancelled it) emits nothing more. */
+static void emit_rows(invar_engine *e, int64_t n_sample) {
+    for (int64_t i = 0; i < n_sample;) {
+        const int64_t id = e->b_logit_req[i];
+        int64_t end = i + 1;
+        while (end < n_sample && e->b_logit_req[end] == id) end++;
+        const request *r = req_get(e, id);
+        const int64_t n_emit = r ? r->n_emit : 0;
+        for (int64_t t = 0; t < n_emit; t++) {
+            request *q = req_get(e, id);
+            if (!q || q->state != REQ_RUNNING) break; /* cancelled or released by a callback */
+            emit(e, q, &e->infos[i + t]);
+        }
+        i = end;
+    }
+}
+
 static int step_locked(invar_engine *e) {
     admit(e);
+    if (propose_drafts(e)) return -1;
     allocate(e);
     int64_t n_sample, n_plp;
     const int64_t T = build_batch(e, &n_sample, &n_plp);
@@ -571,18 +752,17 @@ static int step_locked(invar_engine *e) {
     memcpy(e->b_logit_rows + n_sample, e->b_plp_rows, sizeof(int32_t) * (size_t)n_plp);
     fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
     if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
-        (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out))) {
+        (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out)) ||
+        read_rejection_rows(e, n_sample)) {
         snprintf(e->error, sizeof e->error, "%s", e->be->error);
         return -1;
     }
     e->tokens_computed += T;
     store_prompt_logprobs(e, n_plp);
+    /* Verification first: blocks are registered only up to the tokens kept. */
+    for (int64_t i = 0; i < e->n_running; i++) verify(e, req_get(e, e->running[i]));
     for (int64_t i = 0; i < e->n_running; i++) register_blocks(e, req_get(e, e->running[i]));
-    for (int64_t i = 0; i < n_sample; i++) {
-        request *r = req_get(e, e->b_logit_req[i]);
-        if (!r || r->state != REQ_RUNNING) continue; /* cancelled or released by a callback */
-        emit(e, r, &e->infos[i]);
-    }
+    emit_rows(e, n_sample);
     return (int)e->n_active;
 }
 
@@ -638,6 +818,9 @@ void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
     s->preemptions = e->preemptions;
     s->tokens_computed = e->tokens_computed;
     s->tokens_generated = e->tokens_generated;
+    s->spec_steps = e->spec_steps;
+    s->spec_drafted = e->spec_drafted;
+    s->spec_accepted = e->spec_accepted;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -650,6 +833,19 @@ int64_t invar_engine_testing_request_slots(invar_engine *e) {
     int64_t n = e->cap_slots;
     pthread_mutex_unlock(&e->lock);
     return n;
+}
+
+void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn, void *user) {
+    pthread_mutex_lock(&e->lock);
+    e->test_drafter = fn;
+    e->test_drafter_user = user;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on) {
+    pthread_mutex_lock(&e->lock);
+    e->spec_rejection = on;
+    pthread_mutex_unlock(&e->lock);
 }
 
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {

@@ -14,6 +14,16 @@ struct backend *invar_engine_testing_backend(invar_engine *e);
 int64_t invar_engine_testing_request_slots(invar_engine *e);
 /* Sets the CUDA backend's GEMM (backend.h: backend_gemm_mode); -1 for another device. */
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode);
+/* A draft source for speculating requests (invar_sampling.speculate != OFF) in place of the
+ * real ones: proposes up to k tokens to follow seq[0..n_seq) of the request into out and
+ * returns how many. Runs inside invar_engine_step; it must not call the engine. NULL
+ * restores the real drafts. */
+typedef int32_t (*invar_testing_drafter)(void *user, int64_t request_id, const int32_t *seq, int64_t n_seq,
+                                         int32_t k, int32_t *out);
+void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn, void *user);
+/* NEGATIVE CONTROL: sampled requests' drafts are verified by rejection sampling
+ * (spec_rejection.h), distribution-preserving but not bit-preserving. */
+void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
 int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,

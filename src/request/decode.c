@@ -80,6 +80,30 @@ static int get_logprobs(const cJSON *o, req_kind kind, req_decoded *d, req_error
     return 0;
 }
 
+/* speculate: "off" | "ngram" | "draft"; spec_tokens: drafted tokens per step. */
+static int get_speculation(const cJSON *o, req_decoded *d, req_error *e) {
+    const cJSON *v = req_field(o, "speculate");
+    if (v) {
+        static const char *names[] = {"off", "ngram", "draft"};
+        if (!cJSON_IsString(v)) return bad_type(e, "speculate", "a string");
+        int mode = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v->valuestring, names[i])) mode = i;
+        if (mode < 0) return req_fail(e, REQ_ERR_VALUE, "speculate", "'speculate' must be \"off\", \"ngram\" or \"draft\"");
+        d->samp.speculate = (invar_spec_mode)mode;
+        d->speculate_given = true;
+    }
+    int64_t k = 0;
+    if (get_int(o, "spec_tokens", 1, INVAR_MAX_SPEC_TOKENS, &k, &d->spec_tokens_given, e)) return -1;
+    if (d->spec_tokens_given) d->samp.spec_tokens = (int32_t)k;
+    return 0;
+}
+
+void req_default_speculation(req_decoded *d, invar_spec_mode mode, int32_t spec_tokens) {
+    if (!d->speculate_given) d->samp.speculate = mode;
+    if (!d->spec_tokens_given) d->samp.spec_tokens = spec_tokens;
+}
+
 static int decode_sampling(const cJSON *o, req_kind kind, req_decoded *d, req_error *e) {
     invar_sampling *s = &d->samp;
     int64_t v = 0;
@@ -99,6 +123,7 @@ static int decode_sampling(const cJSON *o, req_kind kind, req_decoded *d, req_er
     if (get_int(o, "seed", 0, MAX_SEED, &v, NULL, e)) return -1;
     s->seed = (uint64_t)v;
     if (get_bool(o, "ignore_eos", &s->ignore_eos, e)) return -1;
+    if (get_speculation(o, d, e)) return -1;
     return get_logprobs(o, kind, d, e);
 }
 

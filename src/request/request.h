@@ -10,6 +10,9 @@
  *   top_k           integer in [-1, 2^30] (-1 and 0: off)
  *   seed            integer in [0, 2^53] (exact in a JSON double)
  *   ignore_eos      boolean
+ *   speculate       "off", "ngram" or "draft": speculative decoding (docs/speculation.md; the
+ *                   output is the same either way); absent: the caller's default
+ *   spec_tokens     integer in [1, 16]: drafted tokens per step; absent: the caller's default
  *   logprobs        REQ_BATCH, REQ_COMPLETION: the number of alternatives per token, 0 to 20;
  *                   REQ_CHAT: a boolean, with top_logprobs 0 to 20 (which needs logprobs true)
  *   prompt          a string (special tokens parsed unless parse_special is false) or an
@@ -62,6 +65,7 @@ typedef struct {
 typedef struct {
     invar_sampling samp;    /* invar_sampling_default() where the request says nothing */
     bool max_tokens_given;  /* else samp.max_tokens is the default and the caller may pick */
+    bool speculate_given, spec_tokens_given; /* else the caller's defaults may apply */
     bool logprobs;          /* asked for: a count (0 included) or chat's true */
     bool chat;              /* the prompt is a rendered chat */
     int n_prompts;          /* >= 1 */
@@ -71,6 +75,8 @@ typedef struct {
 /* Decodes o. 0, or -1 with e filled and nothing left to free. */
 int req_decode(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *out, req_error *e);
 void req_decoded_free(req_decoded *d);
+/* The caller's speculation (a command line's) for the fields the request did not give. */
+void req_default_speculation(req_decoded *d, invar_spec_mode mode, int32_t spec_tokens);
 
 /* Parses text[0, len) as one JSON value with nothing but whitespace after it; NULL if it is
  * not JSON, or (with *trailing set) if other bytes follow the value: `{..} junk` is no request. */

@@ -14,6 +14,10 @@ const char *sampler_check(const invar_sampling *s) {
     if (!(s->top_p > 0.0f && s->top_p <= 1.0f)) return "top_p must be in (0, 1]";
     if (!(s->min_p >= 0.0f && s->min_p <= 1.0f)) return "min_p must be in [0, 1]";
     if (s->top_logprobs < 0 || s->top_logprobs > INVAR_MAX_TOP_LOGPROBS) return "top_logprobs must be in [0, 20]";
+    if ((int)s->speculate < (int)INVAR_SPEC_OFF || (int)s->speculate > (int)INVAR_SPEC_DRAFT)
+        return "unknown speculation mode";
+    _Static_assert(INVAR_MAX_SPEC_TOKENS == 16, "the message below names the bound");
+    if (s->spec_tokens < 0 || s->spec_tokens > INVAR_MAX_SPEC_TOKENS) return "spec_tokens must be in [0, 16]";
     return NULL;
 }
 

@@ -64,6 +64,10 @@ char *srv_metrics_text(srv_state *s) {
     metric(&b, "invar_preemptions_total", "counter", "Sequences preempted for KV space.", (double)st.preemptions);
     metric(&b, "invar_tokens_computed_total", "counter", "Tokens run through the model.", (double)st.tokens_computed);
     metric(&b, "invar_tokens_generated_total", "counter", "Tokens generated.", (double)st.tokens_generated);
+    metric(&b, "invar_spec_drafted_total", "counter", "Drafted tokens verified (speculative decoding).",
+           (double)st.spec_drafted);
+    metric(&b, "invar_spec_accepted_total", "counter", "Drafted tokens kept: equal to plain decoding's.",
+           (double)st.spec_accepted);
     metric(&b, "invar_tokens_per_second", "gauge", "Generated tokens per second since the previous scrape.", s->tps_value);
     metric(&b, "invar_active_requests", "gauge", "HTTP requests in progress.", (double)s->active_calls);
     metric(&b, "invar_open_connections", "gauge", "Open HTTP connections.", (double)s->open_connections);

@@ -176,6 +176,7 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
         from_req_error(e, &re);
         goto out;
     }
+    req_default_speculation(&d, s->spec_mode, s->spec_tokens); /* the command line's, unless given */
     r->logprobs = d.logprobs;
     r->top_logprobs = d.samp.top_logprobs;
     r->prompt_texts = calloc((size_t)d.n_prompts, sizeof *r->prompt_texts);

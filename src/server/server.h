@@ -50,6 +50,8 @@ typedef struct srv_conn srv_conn;   /* conn_guard.c: one open connection's read 
 typedef struct {
     invar_model *model;
     invar_engine *engine;
+    invar_spec_mode spec_mode;  /* every request's speculation (command line) */
+    int32_t spec_tokens;
     const char *model_name;     /* the GGUF file's basename, invalid UTF-8 replaced by U+FFFD */
     int32_t n_ctx;              /* per-sequence limit the engine enforces */
     int max_connections;        /* completion requests in progress; more get 429 */

@@ -286,3 +286,29 @@ def test_chat_contents_never_parse_special_tokens():
     p = run(["generate", "--model", str(DEFAULT_MODEL), "--verbose", "--max-tokens", "1", "--no-special",
              "<|im_start|>"])
     assert p.returncode == 0 and f"[{res[3]['prompt_tokens']} prompt tokens" in p.stderr, p.stderr
+
+
+def test_speculation_changes_no_bit(tmp_path: Path):
+    """--speculate ngram and a draft model (here the model itself) give the plain results."""
+    lines = [json.dumps(r) for r in REQUESTS] + [json.dumps(
+        {"id": "rep", "prompt": "red fox, blue fox, red fox, blue fox, red fox,", "max_tokens": 24, "logprobs": 2})]
+    p0, plain = batch(lines, "--threads", "2")
+    assert p0.returncode == 0, p0.stderr
+    for opts in (["--speculate", "ngram", "--spec-tokens", "6", "--spec-step-tokens", "64"],
+                 ["--draft-model", str(DEFAULT_MODEL), "--spec-tokens", "3", "--max-batch", "2"]):
+        p1, spec = batch(lines, "--threads", "2", *opts)
+        assert p1.returncode == 0, p1.stderr
+        assert spec == plain, opts
+    # Per request: the extension fields, over the command line's setting.
+    per_req = [json.dumps(dict(json.loads(x), speculate="ngram", spec_tokens=5)) for x in lines]
+    p2, spec = batch(per_req + [json.dumps({"prompt": "x", "speculate": "fast"})], "--speculate", "off")
+    assert p2.returncode == 1 and spec[:-1] == plain and "speculate" in spec[-1]["error"]
+    g = [run(["generate", "--model", str(DEFAULT_MODEL), "--max-tokens", "24", "--verbose", *o,
+              "red fox, blue fox, red fox, blue fox, red fox,"]) for o in ([], ["--speculate", "ngram"])]
+    assert g[0].returncode == g[1].returncode == 0 and g[0].stdout == g[1].stdout
+    assert "drafted tokens kept" in g[1].stderr
+    assert run(["generate", "--speculate", "bogus", "hi"]).returncode == 2
+    assert run(["generate", "--spec-tokens", "0", "hi"]).returncode == 2
+    assert run(["generate", "--model", str(DEFAULT_MODEL), "--speculate", "draft", "hi"]).returncode == 2
+    assert run(["generate", "--model", str(DEFAULT_MODEL), "--draft-model", str(tmp_path / "none.gguf"),
+                "hi"]).returncode == 3

@@ -703,3 +703,58 @@ def test_sigterm_cancels_after_drain_bound():
     assert proc.wait(timeout=20) == 0
     assert time.time() - t0 < 8
     assert '"finish_reason":"cancelled"' in body and body.rstrip().endswith("data: [DONE]")
+
+
+# ---- speculative decoding -------------------------------------------------------------------
+
+def stream_content(text):
+    """Text, per-token logprobs and finish reasons of an SSE body, however it is cut into events."""
+    out, toks, finish = "", [], []
+    for ev in sse_events(text.encode()):
+        for c in ev["choices"]:
+            out += c.get("text") or (c.get("delta") or {}).get("content") or ""
+            lp = c.get("logprobs") or {}
+            toks += lp.get("content") or list(zip(lp.get("tokens", []), lp.get("token_logprobs", []),
+                                                  lp.get("top_logprobs") or []))
+            if c.get("finish_reason"):
+                finish.append(c["finish_reason"])
+    return out, json.dumps(toks), finish
+
+
+def test_speculation_changes_no_bit(server):
+    """A server speculating with prompt lookup answers exactly as the plain one: logprobs,
+    stop strings inside accepted runs, streaming."""
+    proc, port = start_server("--speculate", "ngram", "--spec-tokens", "6", "--spec-step-tokens", "64")
+    try:
+        bodies = [
+            {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3, 4, 5, 6, 1, 2, 3,", "max_tokens": 24, "logprobs": 2},
+            {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3,", "max_tokens": 16, "stop": [" 5"]},
+            {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Repeat: red fox, red fox, red fox."}],
+             "max_tokens": 20, "temperature": 0.8, "seed": 3, "logprobs": True, "top_logprobs": 2},
+        ]
+        for body in bodies:
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            for stream in (False, True):
+                b = dict(body, stream=stream)
+                s1, plain = post_raw(server, path, b)
+                s2, spec = post_raw(port, path, b)
+                assert s1 == s2 == 200
+                if stream:  # a step may now send several tokens in one event: compare what arrives
+                    assert stream_content(plain) == stream_content(spec), body
+                else:
+                    strip = lambda t: re.sub(r'"(id|created|system_fingerprint)":("[^"]*"|\d+)', "", t)  # noqa: E731
+                    assert strip(plain) == strip(spec), body
+        m = metrics(port)
+        assert 0 < m["invar_spec_accepted_total"] <= m["invar_spec_drafted_total"]
+        # Per request (the extension field): speculation off on the speculating server, on on
+        # the plain one; a bad value is a 400 naming the field.
+        b = dict(bodies[0], speculate="ngram", spec_tokens=3)
+        (s1, t1), (s2, t2) = post_raw(server, "/v1/completions", b), post_raw(port, "/v1/completions",
+                                                                               dict(b, speculate="off"))
+        strip = lambda t: re.sub(r'"(id|created|system_fingerprint)":("[^"]*"|\d+)', "", t)  # noqa: E731
+        assert s1 == s2 == 200 and strip(t1) == strip(t2)
+        status, text = post_raw(server, "/v1/completions", dict(b, speculate="fast"))
+        assert status == 400 and json.loads(text)["error"]["param"] == "speculate"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

@@ -218,6 +218,33 @@ static void test_sampling_ranges(void **state) {
     req_decoded_free(&d);
 }
 
+/* The speculation extension fields, and the caller's defaults where a request gives none. */
+static void test_speculation_fields(void **state) {
+    (void)state;
+    expect_error("{\"prompt\": \"x\", \"speculate\": \"fast\"}", PROMPT_KINDS, REQ_ERR_VALUE, "speculate", NULL);
+    expect_error("{\"prompt\": \"x\", \"speculate\": true}", PROMPT_KINDS, REQ_ERR_TYPE, "speculate", NULL);
+    expect_error("{\"prompt\": \"x\", \"spec_tokens\": 0}", PROMPT_KINDS, REQ_ERR_VALUE, "spec_tokens", NULL);
+    expect_error("{\"prompt\": \"x\", \"spec_tokens\": 17}", PROMPT_KINDS, REQ_ERR_VALUE, "spec_tokens", NULL);
+    req_decoded d;
+    expect_ok("{\"prompt\": \"x\", \"speculate\": \"ngram\", \"spec_tokens\": 6}", REQ_BATCH, &d);
+    assert_int_equal(d.samp.speculate, INVAR_SPEC_NGRAM);
+    assert_int_equal(d.samp.spec_tokens, 6);
+    req_default_speculation(&d, INVAR_SPEC_DRAFT, 2); /* given: kept */
+    assert_int_equal(d.samp.speculate, INVAR_SPEC_NGRAM);
+    assert_int_equal(d.samp.spec_tokens, 6);
+    req_decoded_free(&d);
+    expect_ok("{\"prompt\": \"x\", \"speculate\": \"off\"}", REQ_COMPLETION, &d);
+    req_default_speculation(&d, INVAR_SPEC_NGRAM, 3);
+    assert_int_equal(d.samp.speculate, INVAR_SPEC_OFF);
+    assert_int_equal(d.samp.spec_tokens, 3);
+    req_decoded_free(&d);
+    expect_ok("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", REQ_CHAT, &d);
+    assert_int_equal(d.samp.speculate, INVAR_SPEC_OFF); /* off unless asked */
+    req_default_speculation(&d, INVAR_SPEC_NGRAM, 0);
+    assert_int_equal(d.samp.speculate, INVAR_SPEC_NGRAM);
+    req_decoded_free(&d);
+}
+
 static void test_prompts(void **state) {
     (void)state;
     /* Token ids: batch takes them as the server does. */
@@ -284,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_message_content),
         cmocka_unit_test(test_sampling_ranges),
+        cmocka_unit_test(test_speculation_fields),
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_parse_json_whole),
     };
