@@ -2,6 +2,8 @@
 # Builds the CUDA backend, runs its device tests and the benchmark on a Hopper GPU in one go,
 # writing logs, JSON and the chart under $OUT (default ./out/cuda, git-ignored).
 # Usage: scripts/cuda_device_run.sh [tests|bench|torch|all]...   (default: all)
+# CUDA_TESTS="test_cuda_attention ..." runs only those tests; BENCH_SECTIONS="attn ..." only
+# those bench sections.
 # Plain nvcc/gcc commands, not CMake: the device image lacks the CPU engine's dependencies.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,7 @@ fi
 if want tests; then
   for t in "$B"/test_cuda_*; do
     [[ -x "$t" && "$t" != *.o ]] || continue
+    [[ -z "${CUDA_TESTS:-}" || " $CUDA_TESTS " == *" $(basename "$t") "* ]] || continue
     echo "== $(basename "$t") =="
     timeout 200 "$t"; rc=$?
     if [ $rc = 77 ]; then echo "$(basename "$t") skipped"; elif [ $rc != 0 ]; then echo "$(basename "$t") FAILED (rc $rc)"; status=1; fi

@@ -1,25 +1,30 @@
-/* Paged, ragged, grouped-query attention with a batch-invariant KV reduction.
+/* Paged, ragged, grouped-query attention with a batch-invariant KV reduction, on tensor
+ * cores (mma.sync m16n8k16, bf16 inputs, fp32 accumulation).
  *
  * For a query row (token, head) the keys are cut into splits at absolute positions
- * [256c, 256c+256). Each split is reduced over its 256 fixed slots (slots past the token's
- * position or the cache end are -inf scores / zero weights, which change no sum), giving
- * (m_c = max score, l_c = sum exp(s - m_c), o_c = sum exp(s - m_c) v). Splits are then folded in
- * order c = 0, 1, ... by fold_step, either inside the CTA (one CTA walks all splits of its
- * tokens) or by attn_merge_kernel over partials that separate CTAs wrote: the same function
- * on the same fp32 values, so the bits do not depend on which path ran, on how many tokens a
- * CTA holds, nor on what else is in the batch. */
+ * [256c, 256c+256), and each split into blocks of 64 at absolute positions. A split is
+ * reduced block by block in position order (online softmax from a fresh state; positions past
+ * the token's or the cache end get weight exactly 0), giving (m_c = max score in log2 units,
+ * l_c = sum 2^(s - m_c), o_c = sum 2^(s - m_c) v). Splits are then folded in order c = 0, 1, ...
+ * by fold_scales/fold_val, either inside the CTA (one CTA walks all splits of its tokens) or by
+ * attn_merge_kernel over partials that separate CTAs wrote: the same functions on the same fp32
+ * values, so the bits do not depend on which path ran, on how many tokens a CTA holds, on
+ * where in a 16-row MMA tile a row sits, nor on what else is in the batch. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/hopper_ptx.cuh"
 
 #define SPLIT INVAR_CUDA_KV_SPLIT
 #define PAGE INVAR_CUDA_PAGE
+#define KB 64                  /* keys per block: one K and one V tile in shared memory */
 #define ATT_THREADS 256
-#define ATT_MAX_ROWS 64        /* query rows (tokens x heads of one KV head) per CTA */
-static_assert(SPLIT == ATT_THREADS, "one split slot per thread in the score pass");
-static_assert(SPLIT % PAGE == 0, "splits start on page boundaries");
+#define ATT_MAX_ROWS 128       /* query rows (tokens x heads of one KV head) per CTA */
+static_assert(ATT_MAX_ROWS == 16 * (ATT_THREADS / 32), "one 16-row MMA tile per warp");
+static_assert(SPLIT % KB == 0, "splits are whole blocks: a split's reduction is the same in every item");
+static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
 
 struct invar_cuda_attn_plan {
     invar_cuda_attn_shape sh;
@@ -31,19 +36,57 @@ struct invar_cuda_attn_plan {
     int32_t *d_tok_pbase;      /* [n_tokens] first partial of the token */
 };
 
-static __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
-/* One fold step: (m, l, o) <- (m, l, o) (+) (mc, lc, oc). The caller applies it only for
- * splits that hold at least one key of the row, so mc is finite. */
+/* One fold step: (m, l, o) <- (m, l, o) (+) (mc, lc, oc), m in log2 units. The caller applies
+ * it only for splits that hold at least one key of the row, so mc is finite. */
 static __device__ __forceinline__ void fold_scales(float m, float mc, float *mn, float *a, float *b)
 {
     *mn = fmaxf(m, mc);
-    *a = expf(__fsub_rn(m, *mn));
-    *b = expf(__fsub_rn(mc, *mn));
+    *a = exp2f(__fsub_rn(m, *mn));
+    *b = exp2f(__fsub_rn(mc, *mn));
 }
 static __device__ __forceinline__ float fold_val(float x, float xc, float a, float b)
 {
     return __fadd_rn(__fmul_rn(x, a), __fmul_rn(xc, b));
+}
+
+/* ---- warp-level tensor-core and copy primitives ---- */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+static __device__ __forceinline__ void st_shared_zero16(uint32_t dst)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst), "r"(0) : "memory");
+}
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+/* d[16x8] += a[16x16] b[16x8], bf16 in, fp32 accumulate. */
+static __device__ __forceinline__ void mma_bf16_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
 }
 
 #define HD 128
@@ -158,7 +201,7 @@ extern "C" size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int h
 
 typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                                const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
-                               int, float, int, const int32_t *);
+                               int, float, const int32_t *);
 typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
 
 extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a,
@@ -171,7 +214,8 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
     attn_kernel_fn kern = hd == 128 ? attn_kernel_hd128 : attn_kernel_hd64;
     attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
-    size_t smem = sizeof(float) * ((size_t)a->rows_max * (2 * hd + SPLIT + 4)) + (size_t)SPLIT * hd * 2;
+    /* Q tile, two K and two V tiles (bf16), the running outputs (fp32) */
+    size_t smem = (size_t)(ATT_MAX_ROWS + 4 * KB) * hd * 2 + (size_t)ATT_THREADS * (hd / 2) * 4;
     if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                          "attn smem attribute"))
         return INVAR_CUDA_ECUDA;
@@ -179,7 +223,7 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     dim3 grid(a->grid, a->n_kv_heads);
     kern<<<grid, ATT_THREADS, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
                                                    a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
-                                                   a->n_kv_heads, a->max_pages, scale, a->rows_max, a->counts);
+                                                   a->n_kv_heads, a->max_pages, scale, a->counts);
     if (a->split) {
         size_t warps = (size_t)a->n_tokens * a->n_heads;
         merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,

@@ -1,294 +1,310 @@
-/* The attention kernels for one head_dim, included by attention.cu once per supported
- * value with HD (the head_dim) and AT(name) (a per-head_dim name) defined. The PV layout
- * gives each lane 4 output dims, so head_dim 64 leaves lanes 16..31 without output; the
- * reduction of every element is the same sequence for either size (only HD changes). */
-/* Key/value row at offset `off` of page `page`, KV head kh. */
-static __device__ __forceinline__ const uint16_t *AT(page_row)(const uint16_t *cache, int page, int off,
-                                                           int kh, int n_kv)
+/* The tensor-core attention item for one head_dim, included by attention.cu once per
+ * supported value with HD (the head_dim) and AT(name) (a per-head_dim name) defined.
+ *
+ * A CTA holds up to ATT_MAX_ROWS query rows (the query heads of one KV head for consecutive
+ * tokens); warp w owns rows 16w .. 16w+15 and walks the keys in blocks of KB positions
+ * starting at absolute multiples of KB. Per block: S = Q K^T on mma.sync m16n8k16 (bf16 in,
+ * fp32 accumulate, the head dims in one fixed order), masked and scaled to log2 units, an
+ * online-softmax step, then O += P V (P rounded to bf16). Every quantity of a row depends
+ * only on that row and the keys: the per-row sums run over a thread's own columns in column
+ * order and then a fixed xor tree over the four threads of the row, whichever of the 16 rows
+ * the row occupies. A block past a row's position is masked for it and leaves its state
+ * exactly unchanged (alpha = 1, p = 0), so it does not matter which other rows share the
+ * warp. Each KV split (SPLIT positions) starts a fresh state; the split's (m, l, o) is
+ * either written out (split items) or folded into the running one in split order by the
+ * same fold as the merge kernel. */
+#define QCH (HD / 8) /* 16-byte chunks per row of HD bf16 */
+
+/* Byte offset of chunk ch of row r in a [rows][HD] bf16 tile whose chunks are swizzled so
+ * that the 8 rows one ldmatrix reads fall in distinct banks. */
+static __device__ __forceinline__ uint32_t AT(sw)(int r, int ch)
 {
-    return cache + (((size_t)page * n_kv + kh) * PAGE + off) * HD;
+    return (uint32_t)(r * (HD * 2) + ((ch ^ (r & 7)) << 4));
 }
 
-
-/* oc[k] += sum over slots j < nvalid, in order, of p[row][j] * v[j][4 lane .. 4 lane + 3] for
- * rows warp + 8k, k < nk; nk is a constant at every call site, so the loop is unrolled per
- * count. */
-static __device__ __forceinline__ void AT(pv_rows)(float (*oc)[4], const float *p_s, const uint16_t *v_s,
-                                               int nvalid, int warp, int lane, int nk)
+/* Keys and values of positions kbase .. kbase+KB-1 into the tiles at ks / vs; positions at
+ * or past kend (not cached, or past every row's position) are zero, so a masked weight of
+ * exactly 0 meets a finite value. */
+static __device__ __forceinline__ void AT(load_kv)(uint32_t ks, uint32_t vs, const uint16_t *kc,
+                                                   const uint16_t *vc, const int32_t *bt, int kbase,
+                                                   int kend, int kh, int n_kv, int tid)
 {
-    if (4 * lane >= HD) return; /* head_dim 64: lanes 16..31 hold no output dims */
-    for (int j = 0; j < nvalid; j++) {
-        uint2 vv = *(const uint2 *)(v_s + j * HD + 4 * lane);
-        const uint16_t *pv = (const uint16_t *)&vv;
-        float v0 = bf(pv[0]), v1 = bf(pv[1]), v2 = bf(pv[2]), v3 = bf(pv[3]);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            if (k < nk) {
-                float p = p_s[(warp + 8 * k) * SPLIT + j];
-                oc[k][0] = __fmaf_rn(p, v0, oc[k][0]);
-                oc[k][1] = __fmaf_rn(p, v1, oc[k][1]);
-                oc[k][2] = __fmaf_rn(p, v2, oc[k][2]);
-                oc[k][3] = __fmaf_rn(p, v3, oc[k][3]);
-            }
+    for (int i = tid; i < KB * QCH; i += ATT_THREADS) {
+        int j = i / QCH, ch = i % QCH, pos = kbase + j;
+        uint32_t off = AT(sw)(j, ch);
+        if (pos < kend) {
+            int page = __ldg(bt + pos / PAGE);
+            size_t e = (((size_t)page * n_kv + kh) * PAGE + pos % PAGE) * HD + 8 * ch;
+            cp_async16(ks + off, kc + e);
+            cp_async16(vs + off, vc + e);
+        } else {
+            st_shared_zero16(ks + off);
+            st_shared_zero16(vs + off);
         }
     }
 }
 
-/* One work item: a tile of query rows (all of a KV head's query heads for ntok consecutive
- * tokens of one sequence) against one split (chunk >= 0) or all of its splits (chunk < 0). */
 static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item it, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
-            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int rmax)
+            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale)
 {
-    extern __shared__ float sm[];
-    const int kh = blockIdx.y;
-    const int G = n_heads / n_kv;
-    const int R = it.ntok * G;
-    float *q_s = sm;                            /* [R][HD], pre-scaled */
-    float *p_s = q_s + rmax * HD;               /* [R][SPLIT] scores, then weights */
-    float *mc_s = p_s + rmax * SPLIT;           /* [R] split max */
-    float *lc_s = mc_s + rmax;                  /* [R] split sum */
-    float *m_s = lc_s + rmax;                   /* [R] running max */
-    float *l_s = m_s + rmax;                    /* [R] running sum */
-    float *o_s = l_s + rmax;                    /* [R][HD] running output (unnormalised) */
-    uint16_t *v_s = (uint16_t *)(o_s + rmax * HD); /* [SPLIT][HD] the split's values */
-    __shared__ int pg_s[SPLIT / PAGE];             /* the split's pages */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t q_s = smem_u32(smem);                        /* [ATT_MAX_ROWS][HD] */
+    const uint32_t k_s = q_s + ATT_MAX_ROWS * HD * 2;           /* [2][KB][HD] */
+    const uint32_t v_s = k_s + 2 * KB * HD * 2;                 /* [2][KB][HD] */
+    /* The running output of the thread's rows (folded splits): thread-private, in shared
+     * memory to leave the registers to the block's tiles; element i of thread t at
+     * [i][t], so a warp's accesses are one row of banks. */
+    float *orun = (float *)(smem + (ATT_MAX_ROWS + 4 * KB) * HD * 2) + threadIdx.x;
+#define ORUN(n, e) orun[((n) * 4 + (e)) * ATT_THREADS]
+    const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int G = n_heads / n_kv, R = it.ntok * G;
     const int32_t *bt = block_table + (size_t)it.seq * max_pages;
-    const int clen = ctx_len[it.seq];
-
-    for (int i = tid; i < R * HD; i += ATT_THREADS) {
-        int r = i / HD, d = i % HD;
-        int tok = it.tok0 + r / G, h = kh * G + r % G;
-        q_s[i] = __fmul_rn(bf(q[((size_t)tok * n_heads + h) * HD + d]), scale);
-    }
-    /* PV thread layout: dims 4*lane .. 4*lane+3 of rows warp, warp+8, ... */
     const int last_pos = it.pos0 + it.ntok - 1;
-    int c0 = it.chunk, c1 = it.chunk + 1;
-    if (it.chunk < 0) {
-        c0 = 0;
-        c1 = last_pos / SPLIT + 1;
+    const int kend = min(ctx_len[it.seq], last_pos + 1);
+    const float sl2 = __fmul_rn(scale, 1.44269504088896341f); /* scores in log2 units */
+
+    /* Query rows (zero past R). */
+    for (int i = tid; i < ATT_MAX_ROWS * QCH; i += ATT_THREADS) {
+        int r = i / QCH, ch = i % QCH;
+        uint32_t off = AT(sw)(r, ch);
+        if (r < R) {
+            int tok = it.tok0 + r / G, h = kh * G + r % G;
+            cp_async16(q_s + off, q + ((size_t)tok * n_heads + h) * HD + 8 * ch);
+        } else {
+            st_shared_zero16(q_s + off);
+        }
     }
-    __syncthreads();
-    for (int c = c0; c < c1; c++) {
-        const int base = c * SPLIT;
-        int nvalid = min(SPLIT, min(clen, last_pos + 1) - base);
-        if (tid < SPLIT / PAGE && tid * PAGE < nvalid) pg_s[tid] = bt[base / PAGE + tid];
-        __syncthreads();
-        /* Start copying the split's values to shared memory; they are needed after the
-         * scores, so the copy overlaps the key loads and the dot products. */
-        for (int i = tid; i < nvalid * (HD / 8); i += ATT_THREADS) {
-            int j = i / (HD / 8), c16 = i % (HD / 8);
-            const uint16_t *src = AT(page_row)(vc, pg_s[j / PAGE], j % PAGE, kh, n_kv) + 8 * c16;
-            uint32_t dst = (uint32_t)__cvta_generic_to_shared(v_s + j * HD + 8 * c16);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+    const int c0 = it.chunk < 0 ? 0 : it.chunk;
+    const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + 1;
+    const int kb0 = c0 * (SPLIT / KB), kb1 = min(c1 * (SPLIT / KB), (kend - 1) / KB + 1);
+    AT(load_kv)(k_s, v_s, kc, vc, bt, kb0 * KB, kend, kh, n_kv, tid);
+    cp_async_commit();
+
+    /* This thread's two rows: g and g + 8 of the warp's 16 (position -1: a padding row). */
+    const int g = lane >> 2, tig = lane & 3, wr0 = warp * 16;
+    int tpos[2], row[2];
+    for (int h = 0; h < 2; h++) {
+        row[h] = wr0 + g + 8 * h;
+        tpos[h] = row[h] < R ? it.pos0 + row[h] / G : -1;
+    }
+    const bool wactive = wr0 < R;
+    const int wlast = wactive ? it.pos0 + (min(R, wr0 + 16) - 1) / G : -1; /* the warp's last position */
+
+    float o[HD / 8][4], mc[2], lc[2], mrun[2] = {0, 0}, lrun[2] = {0, 0};
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+    mc[0] = mc[1] = -INFINITY;
+    lc[0] = lc[1] = 0.0f;
+
+    for (int kb = kb0; kb < kb1; kb++) {
+        const uint32_t kbuf = k_s + ((kb - kb0) & 1) * (KB * HD * 2);
+        const uint32_t vbuf = v_s + ((kb - kb0) & 1) * (KB * HD * 2);
+        if (kb + 1 < kb1) {
+            const uint32_t nb = ((kb + 1 - kb0) & 1) * (KB * HD * 2);
+            AT(load_kv)(k_s + nb, v_s + nb, kc, vc, bt, (kb + 1) * KB, kend, kh, n_kv, tid);
+            cp_async_commit();
+            cp_async_wait1();
+        } else {
+            cp_async_wait0();
         }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        /* Scores: thread tid owns slot tid; a sequential dot over d, done in two halves of
-         * the key row (fewer live registers) with the running sum parked in p_s. */
-        {
-            int pos = base + tid;
-            bool have = tid < nvalid;
-#pragma unroll 1
-            for (int half = 0; half < 2; half++) {
-                uint4 kr[HD / 16];
-                if (have) {
-                    const uint4 *src = (const uint4 *)AT(page_row)(kc, pg_s[tid / PAGE], tid % PAGE, kh, n_kv);
+        __syncthreads();
+        const int kbase = kb * KB;
+        if (wactive && kbase <= wlast) {
+            /* S = Q K^T: 16 rows x KB keys, head dims in 16-wide steps in order. */
+            float s[KB / 8][4];
 #pragma unroll
-                    for (int i = 0; i < HD / 16; i++) kr[i] = __ldg(src + half * (HD / 16) + i);
+            for (int n = 0; n < KB / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) {
+                uint32_t a[4];
+                ldsm_x4(a, q_s + AT(sw)(wr0 + (lane & 15), 2 * ks + (lane >> 4)));
+#pragma unroll
+                for (int np = 0; np < KB / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kbuf + AT(sw)(16 * np + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1)));
+                    mma_bf16_16816(s[2 * np], a, b[0], b[1]);
+                    mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
                 }
-                for (int r = 0; r < R; r++) {
-                    int tpos = it.pos0 + r / G;
-                    float s = -INFINITY;
-                    if (have && pos <= tpos) {
-                        const float4 *qr = (const float4 *)(q_s + r * HD + half * (HD / 2));
-                        s = half ? p_s[r * SPLIT + tid] : 0.0f;
+            }
+            /* Mask, scale, online softmax for rows g (h = 0) and g + 8 (h = 1). */
+            float alpha[2];
 #pragma unroll
-                        for (int i = 0; i < HD / 16; i++) {
-                            const uint16_t *kk = (const uint16_t *)&kr[i];
-                            float4 qa = qr[2 * i], qb = qr[2 * i + 1];
-                            s = __fmaf_rn(qa.x, bf(kk[0]), s);
-                            s = __fmaf_rn(qa.y, bf(kk[1]), s);
-                            s = __fmaf_rn(qa.z, bf(kk[2]), s);
-                            s = __fmaf_rn(qa.w, bf(kk[3]), s);
-                            s = __fmaf_rn(qb.x, bf(kk[4]), s);
-                            s = __fmaf_rn(qb.y, bf(kk[5]), s);
-                            s = __fmaf_rn(qb.z, bf(kk[6]), s);
-                            s = __fmaf_rn(qb.w, bf(kk[7]), s);
-                        }
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < KB / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int key = kbase + 8 * n + 2 * tig + e;
+                        float t = key <= tpos[h] ? __fmul_rn(s[n][2 * h + e], sl2) : -INFINITY;
+                        s[n][2 * h + e] = t;
+                        mx = fmaxf(mx, t);
                     }
-                    p_s[r * SPLIT + tid] = s;
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mc[h], mx);
+                const float muse = mnew == -INFINITY ? 0.0f : mnew;
+                alpha[h] = exp2f(__fsub_rn(mc[h], muse));
+                mc[h] = mnew;
+                float rs = 0.0f;
+#pragma unroll
+                for (int n = 0; n < KB / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float p = exp2f(__fsub_rn(s[n][2 * h + e], muse));
+                        s[n][2 * h + e] = p;
+                        rs = __fadd_rn(rs, p);
+                    }
+                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
+                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
+                lc[h] = __fadd_rn(__fmul_rn(lc[h], alpha[h]), rs);
+            }
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                o[n][0] = __fmul_rn(o[n][0], alpha[0]);
+                o[n][1] = __fmul_rn(o[n][1], alpha[0]);
+                o[n][2] = __fmul_rn(o[n][2], alpha[1]);
+                o[n][3] = __fmul_rn(o[n][3], alpha[1]);
+            }
+            /* O += P V: keys in 16-wide steps in order. */
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++) {
+                uint32_t pa[4] = {pack_bf16x2(s[2 * j][0], s[2 * j][1]), pack_bf16x2(s[2 * j][2], s[2 * j][3]),
+                                  pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                  pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < HD / 16; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vbuf + AT(sw)(16 * j + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * dp + (lane >> 4)));
+                    mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
+                    mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
                 }
             }
         }
-        __syncthreads();
-        /* Split softmax statistics: warp per row, lane-sequential then a fixed xor tree. */
-        for (int r = warp; r < R; r += 8) {
-            float *pr = p_s + r * SPLIT;
-            float mx = -INFINITY;
+        if ((kb + 1) % (SPLIT / KB) == 0 || kb + 1 == kb1) {
+            /* The split ends: its (m, l, o) out, or folded into the running state. */
+            const int c = kb / (SPLIT / KB), sbase = c * SPLIT;
 #pragma unroll
-            for (int i = 0; i < SPLIT / 32; i++) mx = fmaxf(mx, pr[lane + 32 * i]);
-            for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            float sum = 0.0f;
-            if (mx != -INFINITY) {
-#pragma unroll
-                for (int i = 0; i < SPLIT / 32; i++) {
-                    float p = expf(__fsub_rn(pr[lane + 32 * i], mx));
-                    pr[lane + 32 * i] = p;
-                    sum = __fadd_rn(sum, p);
-                }
-            }
-            for (int off = 16; off; off >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-            sum = __shfl_sync(0xffffffffu, sum, 0);
-            if (lane == 0) {
-                mc_s[r] = mx;
-                lc_s[r] = sum;
-            }
-        }
-        asm volatile("cp.async.wait_all;" ::: "memory");
-        __syncthreads();
-        /* o_c = sum_j p_j v_j, j in slot order; slots past nvalid have p == 0 for every row. */
-        {
-            float oc[8][4];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) oc[k][e] = 0.0f;
-            /* Rows of this warp: warp, warp+8, ...; the loop is specialised per count so no
-             * issue slots go to predicated-off rows (decode has 4 rows in 8 warps). */
-            int nk = warp < R ? (R - warp + 7) / 8 : 0;
-            switch (nk) {
-            case 1: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 1); break;
-            case 2: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 2); break;
-            case 3: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 3); break;
-            case 4: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 4); break;
-            case 5: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 5); break;
-            case 6: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 6); break;
-            case 7: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 7); break;
-            case 8: AT(pv_rows)(oc, p_s, v_s, nvalid, warp, lane, 8); break;
-            default: break;
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                int r = warp + 8 * k;
-                if (r >= R) continue;
-                int tpos = it.pos0 + r / G;
-                if (tpos < base) continue; /* no key of this row in the split */
-                float mc = mc_s[r], lc = lc_s[r];
+            for (int h = 0; h < 2; h++) {
+                const bool has = wactive && tpos[h] >= sbase; /* the row has keys in the split */
                 if (it.chunk >= 0) {
-                    int tok = it.tok0 + r / G, h = kh * G + r % G;
-                    float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
-                    if (lane == 0) {
-                        dst[0] = mc;
-                        dst[1] = lc;
+                    if (!has) continue;
+                    int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
+                    float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + head) * (HD + 4);
+                    if (tig == 0) {
+                        dst[0] = mc[h];
+                        dst[1] = lc[h];
                     }
-                    if (4 * lane < HD)
-                        *(float4 *)(dst + 4 + 4 * lane) = make_float4(oc[k][0], oc[k][1], oc[k][2], oc[k][3]);
-                } else {
-                    float4 *orow = (float4 *)(o_s + r * HD) + lane;
-                    float4 oc4 = make_float4(oc[k][0], oc[k][1], oc[k][2], oc[k][3]);
-                    if (c == 0) {
-                        if (4 * lane < HD) *orow = oc4;
-                        __syncwarp();
-                        if (lane == 0) {
-                            m_s[r] = mc;
-                            l_s[r] = lc;
-                        }
-                    } else {
-                        float mn, a, b;
-                        fold_scales(m_s[r], mc, &mn, &a, &b);
-                        if (4 * lane < HD) {
-                            float4 ov = *orow;
-                            ov.x = fold_val(ov.x, oc4.x, a, b);
-                            ov.y = fold_val(ov.y, oc4.y, a, b);
-                            ov.z = fold_val(ov.z, oc4.z, a, b);
-                            ov.w = fold_val(ov.w, oc4.w, a, b);
-                            *orow = ov;
-                        }
-                        float ln = fold_val(l_s[r], lc, a, b);
-                        __syncwarp();
-                        if (lane == 0) {
-                            m_s[r] = mn;
-                            l_s[r] = ln;
-                        }
+#pragma unroll
+                    for (int n = 0; n < HD / 8; n++)
+                        *(float2 *)(dst + 4 + 8 * n + 2 * tig) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+                } else if (c == 0) {
+                    mrun[h] = mc[h];
+                    lrun[h] = lc[h];
+#pragma unroll
+                    for (int n = 0; n < HD / 8; n++) {
+                        ORUN(n, 2 * h) = o[n][2 * h];
+                        ORUN(n, 2 * h + 1) = o[n][2 * h + 1];
+                    }
+                } else if (has) {
+                    float mn, a, b;
+                    fold_scales(mrun[h], mc[h], &mn, &a, &b);
+                    mrun[h] = mn;
+                    lrun[h] = fold_val(lrun[h], lc[h], a, b);
+#pragma unroll
+                    for (int n = 0; n < HD / 8; n++) {
+                        ORUN(n, 2 * h) = fold_val(ORUN(n, 2 * h), o[n][2 * h], a, b);
+                        ORUN(n, 2 * h + 1) = fold_val(ORUN(n, 2 * h + 1), o[n][2 * h + 1], a, b);
                     }
                 }
+                mc[h] = -INFINITY;
+                lc[h] = 0.0f;
+#pragma unroll
+                for (int n = 0; n < HD / 8; n++) o[n][2 * h] = o[n][2 * h + 1] = 0.0f;
             }
         }
-        __syncthreads();
+        __syncthreads(); /* the next iteration loads into the buffer just read */
     }
     if (it.chunk >= 0) return;
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int r = warp + 8 * k;
-        if (r >= R || 4 * lane >= HD) continue;
-        int tok = it.tok0 + r / G, h = kh * G + r % G;
-        __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + h) * HD + 4 * lane);
-        float4 ov = ((const float4 *)(o_s + r * HD))[lane];
-        float l = l_s[r];
-        dst[0] = __floats2bfloat162_rn(__fdiv_rn(ov.x, l), __fdiv_rn(ov.y, l));
-        dst[1] = __floats2bfloat162_rn(__fdiv_rn(ov.z, l), __fdiv_rn(ov.w, l));
+    for (int h = 0; h < 2; h++) {
+        if (tpos[h] < 0) continue;
+        int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
+        __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + head) * HD + 2 * tig);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+            dst[4 * n] = __floats2bfloat162_rn(__fdiv_rn(ORUN(n, 2 * h), lrun[h]),
+                                               __fdiv_rn(ORUN(n, 2 * h + 1), lrun[h]));
     }
+#undef ORUN
 }
 
-/* counts == NULL: CTA x runs item x. Otherwise counts = {n_items, max_pages} in device
- * memory and the CTAs stride over the items: the grid stays fixed while the work changes
- * (a replayed CUDA graph). Either way an item is the same instruction sequence. */
-__global__ void __launch_bounds__(ATT_THREADS, 2)
+/* counts == NULL: CTA x runs item grid-1-x (the items of a sequence come in position order,
+ * so the longest start first and the causal tail is short). Otherwise counts = {n_items,
+ * max_pages} in device memory and the CTAs stride over the items: the grid stays fixed while
+ * the work changes (a replayed CUDA graph). Either way an item is the same instruction
+ * sequence. */
+__global__ void __launch_bounds__(ATT_THREADS, 1)
 AT(attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
-            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int rmax,
+            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale,
             const int32_t *__restrict__ counts)
 {
-    /* The count and stride are re-read per item rather than held across it: the item body
-     * uses every register the two-CTAs-per-SM bound leaves. */
-    for (int i = blockIdx.x; i < (counts ? __ldg(counts) : (int)gridDim.x); i += gridDim.x) {
+    if (!counts) {
+        AT(attn_item_run)(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
+                          ws, n_heads, n_kv, max_pages, scale);
+        return;
+    }
+    for (int i = blockIdx.x; i < __ldg(counts); i += gridDim.x) {
         AT(attn_item_run)(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
-                          counts ? __ldg(counts + 1) : max_pages, scale, rmax);
+                          __ldg(counts + 1), scale);
         __syncthreads(); /* the next item reuses the shared memory */
     }
 }
 
-/* Folds a token-head's split partials in split order: one warp per (token, head). */
+/* Folds a token-head's split partials in split order: one warp per (token, head), each lane
+ * 2 dims per 64. */
 __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
                                   const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
                                   int n_tokens, int n_heads, int reverse)
 {
     int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (gw >= n_tokens * n_heads || 4 * lane >= HD) return;
+    if (gw >= n_tokens * n_heads) return;
     int tok = gw / n_heads, h = gw % n_heads;
     int nc = tok_pos[tok] / SPLIT + 1;
-    float m = 0, l = 0, o[4] = {0, 0, 0, 0};
+    float m = 0, l = 0, o[HD / 32];
     for (int k = 0; k < nc; k++) {
         const int c = reverse ? nc - 1 - k : k; /* reverse: negative control only */
         const float *src = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
         float mc = src[0], lc = src[1];
-        float4 oc = *(const float4 *)(src + 4 + 4 * lane);
         if (k == 0) {
             m = mc;
             l = lc;
-            o[0] = oc.x;
-            o[1] = oc.y;
-            o[2] = oc.z;
-            o[3] = oc.w;
+#pragma unroll
+            for (int i = 0; i < HD / 32; i++) o[i] = src[4 + lane + 32 * i];
         } else {
             float mn, a, b;
             fold_scales(m, mc, &mn, &a, &b);
             m = mn;
             l = fold_val(l, lc, a, b);
-            o[0] = fold_val(o[0], oc.x, a, b);
-            o[1] = fold_val(o[1], oc.y, a, b);
-            o[2] = fold_val(o[2], oc.z, a, b);
-            o[3] = fold_val(o[3], oc.w, a, b);
+#pragma unroll
+            for (int i = 0; i < HD / 32; i++) o[i] = fold_val(o[i], src[4 + lane + 32 * i], a, b);
         }
     }
-    __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + h) * HD + 4 * lane);
-    dst[0] = __floats2bfloat162_rn(__fdiv_rn(o[0], l), __fdiv_rn(o[1], l));
-    dst[1] = __floats2bfloat162_rn(__fdiv_rn(o[2], l), __fdiv_rn(o[3], l));
+    uint16_t *dst = out + ((size_t)tok * n_heads + h) * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 32; i++) {
+        __nv_bfloat16 v = __float2bfloat16_rn(__fdiv_rn(o[i], l));
+        dst[lane + 32 * i] = *(uint16_t *)&v;
+    }
 }
 
 __global__ void AT(kv_write_kernel)(const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
@@ -307,3 +323,4 @@ __global__ void AT(kv_write_kernel)(const uint16_t *__restrict__ k, const uint16
     ((uint4 *)vc)[dst] = ((const uint4 *)v)[i];
 }
 
+#undef QCH
