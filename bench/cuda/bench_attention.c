@@ -25,7 +25,8 @@ static void run_attn(void *p)
 }
 
 /* One case: B sequences of context ctx_len, each with q_len query tokens at the end. */
-static double one(int B, int ctx_len, int q_len, int *split)
+/* force: -1 the plan's own choice of KV split, else forced off (0) or on (1). */
+static double one(int B, int ctx_len, int q_len, int force, int *split)
 {
     invar_cuda_ctx *ctx = bench_ctx();
     int pages = (ctx_len + PG - 1) / PG;
@@ -49,6 +50,7 @@ static double one(int B, int ctx_len, int q_len, int *split)
     }
     a.bt = upload(bt, sizeof(int32_t) * (size_t)B * pages);
     CKI(invar_cuda_attn_plan_create(ctx, &a.plan, B, qs, ql, cl, HQ, HKV, HD, pages));
+    invar_cuda_attn_plan_force_split(a.plan, force);
     *split = invar_cuda_attn_plan_split(a.plan);
     double ms = bench_time_ms(run_attn, &a, 10);
     invar_cuda_attn_plan_free(a.plan);
@@ -61,30 +63,34 @@ void bench_attention(FILE *js)
 {
     static const int dec[][2] = {{1, 1024}, {1, 8192}, {1, 32768}, {16, 4096}, {16, 32768},
                                  {64, 4096}, {64, 16384}, {256, 1024}, {256, 4096}};
-    static const int pre[] = {512, 1024, 2048, 4096, 8192};
+    static const int pre[] = {512, 1024, 2048, 4096, 8192, 16384};
     printf("== attention decode (KV TB/s = K+V bytes read / time) ==\n");
     fprintf(js, "\"attention\": [\n");
     int first = 1;
     for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) {
-        int split;
-        double ms = one(dec[i][0], dec[i][1], 1, &split);
+        int split, other;
+        double ms = one(dec[i][0], dec[i][1], 1, -1, &split);
+        double ms_other = one(dec[i][0], dec[i][1], 1, !split, &other);
         double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
-        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d\n", dec[i][0], dec[i][1], ms * 1e3,
-               bytes / (ms * 1e-3) / 1e12, split);
-        fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d}",
-                first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split);
+        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us)\n", dec[i][0], dec[i][1],
+               ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3);
+        fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d, "
+                "\"us_other_split\": %.2f}",
+                first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3);
         first = 0;
         fflush(stdout);
     }
     printf("== attention prefill (one sequence, causal) ==\n");
     for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
-        int split;
-        double ms = one(1, pre[i], pre[i], &split);
+        int split, other;
+        double ms = one(1, pre[i], pre[i], -1, &split);
+        double ms_other = one(1, pre[i], pre[i], !split, &other);
         double fl = 4.0 * HQ * HD * (double)pre[i] * (pre[i] + 1) / 2;
-        printf("prefill L=%5d: %9.1f us  %.1f TFLOP/s (causal FLOPs)  split=%d\n", pre[i], ms * 1e3,
-               fl / (ms * 1e-3) / 1e12, split);
-        fprintf(js, ",\n  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d}",
-                pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split);
+        printf("prefill L=%5d: %9.1f us  %.1f TFLOP/s (causal FLOPs)  split=%d   (split=%d: %.1f us)\n", pre[i],
+               ms * 1e3, fl / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3);
+        fprintf(js, ",\n  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d, "
+                "\"us_other_split\": %.2f}",
+                pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split, ms_other * 1e3);
         fflush(stdout);
     }
     fprintf(js, "\n],\n");

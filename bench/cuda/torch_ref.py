@@ -93,7 +93,7 @@ for b, ctx in dec:
     out["attention"].append({"kind": "decode", "B": b, "ctx": ctx, "us": us, "kv_TBps": tb})
     print(f"torch sdpa decode B={b:3d} ctx={ctx:6d}: {us:9.1f} us {tb:.2f} TB/s", flush=True)
     del q, k, v
-for L in [512, 1024, 2048, 4096, 8192]:
+for L in [512, 1024, 2048, 4096, 8192, 16384]:
     q = torch.randn(1, HQ, L, HD, device=dev, dtype=bf)
     k = torch.randn(1, HKV, L, HD, device=dev, dtype=bf)
     v = torch.randn(1, HKV, L, HD, device=dev, dtype=bf)

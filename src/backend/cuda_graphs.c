@@ -155,7 +155,9 @@ static int upload_step(cuda_graphs *g, int rows, int n_items, int max_pages) {
 static invar_cuda_attn_launch launch_of(const cuda_backend *c, const cuda_graphs *g, int rows, int split) {
     const model_config *cf = &c->base.m->cfg;
     step_arrays ds = step_arrays_at(g->stage.dev, &g->lay);
-    int grid = split ? (2 * invar_cuda_sm_count(c->ctx) + (int)cf->n_head_kv - 1) / (int)cf->n_head_kv : rows;
+    /* Split items: a fixed grid of CTAs strides over them; decode tiles run on the one-warp
+     * attention variant, several CTAs per SM, so the grid holds 4 per SM. */
+    int grid = split ? (4 * invar_cuda_sm_count(c->ctx) + (int)cf->n_head_kv - 1) / (int)cf->n_head_kv : rows;
     return (invar_cuda_attn_launch){
         .items = ds.items, .grid = grid, .counts = ds.counts, .max_pages = 0, .split = split,
         .rows_max = (int)(cf->n_head / cf->n_head_kv), .n_tokens = rows, .n_heads = (int)cf->n_head,

@@ -20,9 +20,15 @@
 #define SPLIT INVAR_CUDA_KV_SPLIT
 #define PAGE INVAR_CUDA_PAGE
 #define KB 64                  /* keys per block: one K and one V tile in shared memory */
-#define ATT_THREADS 256
 #define ATT_MAX_ROWS 128       /* query rows (tokens x heads of one KV head) per CTA */
-static_assert(ATT_MAX_ROWS == 16 * (ATT_THREADS / 32), "one 16-row MMA tile per warp");
+#define ATT_SMALL_ROWS 16      /* items up to this many rows run on the one-warp variant */
+static_assert(ATT_MAX_ROWS % 16 == 0 && ATT_MAX_ROWS / 16 == 8, "the wide variant: 8 warps of 16 rows");
+static_assert(ATT_SMALL_ROWS == 16, "the narrow variant: one warp of 16 rows");
+/* K/V buffers: the 8-warp variant double-buffers; the one-warp variant keeps one, so that
+ * several of its CTAs share an SM and overlap each other's copies. */
+#define ATT_STAGES(w) ((w) == 1 ? 1 : 2)
+/* Shared memory of a W-warp CTA: Q tile, K and V tiles (bf16), the running outputs (fp32). */
+#define ATT_SMEM(w, hd) ((size_t)(16 * (w) + 2 * ATT_STAGES(w) * KB) * (hd) * 2 + (size_t)(32 * (w)) * ((hd) / 2) * 4)
 static_assert(SPLIT % KB == 0, "splits are whole blocks: a split's reduction is the same in every item");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
 
@@ -36,13 +42,60 @@ struct invar_cuda_attn_plan {
     int32_t *d_tok_pbase;      /* [n_tokens] first partial of the token */
 };
 
+/* 2^x on the special-function unit: one instruction, the same on every path (the block
+ * softmax, the in-CTA fold and the merge kernel all use it); ex2(-inf) = 0. */
+static __device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Fixed pairwise trees over N register values, v[i] (+) v[i + N/2] at every level (written
+ * as template recursion so the values stay in registers): the same order for every row,
+ * whatever its place in a tile. */
+template <int N> struct tree {
+    static __device__ __forceinline__ void fold_sum(float *t)
+    {
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) t[i] = __fadd_rn(t[i], t[i + N / 2]);
+        tree<N / 2>::fold_sum(t);
+    }
+    static __device__ __forceinline__ void fold_max(float *t)
+    {
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) t[i] = fmaxf(t[i], t[i + N / 2]);
+        tree<N / 2>::fold_max(t);
+    }
+};
+template <> struct tree<1> {
+    static __device__ __forceinline__ void fold_sum(float *) {}
+    static __device__ __forceinline__ void fold_max(float *) {}
+};
+template <int N> static __device__ __forceinline__ float tree_sum(const float *v)
+{
+    float t[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) t[i] = v[i];
+    tree<N>::fold_sum(t);
+    return t[0];
+}
+template <int N> static __device__ __forceinline__ float tree_max(const float *v)
+{
+    float t[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) t[i] = v[i];
+    tree<N>::fold_max(t);
+    return t[0];
+}
+
 /* One fold step: (m, l, o) <- (m, l, o) (+) (mc, lc, oc), m in log2 units. The caller applies
  * it only for splits that hold at least one key of the row, so mc is finite. */
 static __device__ __forceinline__ void fold_scales(float m, float mc, float *mn, float *a, float *b)
 {
     *mn = fmaxf(m, mc);
-    *a = exp2f(__fsub_rn(m, *mn));
-    *b = exp2f(__fsub_rn(mc, *mn));
+    *a = ex2(__fsub_rn(m, *mn));
+    *b = ex2(__fsub_rn(mc, *mn));
 }
 static __device__ __forceinline__ float fold_val(float x, float xc, float a, float b)
 {
@@ -160,8 +213,13 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
     out->n_items_split = (int)ni_split;
     out->n_partials = np;
     out->rows_max = maxtok * G;
-    /* Split the KV over CTAs only when whole tiles would leave most of the chip idle. */
-    out->auto_split = (long)ni_tile * n_kv_heads < 4L * sm_count && ni_split > ni_tile;
+    /* Speed only (either way gives the same bits). Measured on the H200 (bench_attention):
+     * one-warp tiles (decode) were faster split at every batch and context tried, up to 256
+     * sequences; 8-warp tiles (prefill) were faster whole down to one wave of CTAs, so they
+     * split only when whole tiles would leave most SMs idle. */
+    if (ni_split <= ni_tile) out->auto_split = 0;
+    else if (out->rows_max <= ATT_SMALL_ROWS) out->auto_split = 1;
+    else out->auto_split = 2 * ni_tile * (size_t)n_kv_heads < (size_t)sm_count;
     return 0;
 }
 
@@ -212,18 +270,22 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if ((hd != 64 && hd != 128) || a->rows_max <= 0 || a->rows_max > ATT_MAX_ROWS || a->grid < 0 ||
         (a->split && !a->ws))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
-    attn_kernel_fn kern = hd == 128 ? attn_kernel_hd128 : attn_kernel_hd64;
+    /* Items of up to 16 rows (decode, short speculation chunks) run on one warp per CTA,
+     * several CTAs per SM; wider ones on 8 warps sharing each K/V tile. Same bits. */
+    const int narrow = a->rows_max <= ATT_SMALL_ROWS;
+    const int W = narrow ? 1 : ATT_MAX_ROWS / 16;
+    attn_kernel_fn kern = hd == 128 ? (narrow ? attn_kernel_hd128<1> : attn_kernel_hd128<ATT_MAX_ROWS / 16>)
+                                    : (narrow ? attn_kernel_hd64<1> : attn_kernel_hd64<ATT_MAX_ROWS / 16>);
     attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
-    /* Q tile, two K and two V tiles (bf16), the running outputs (fp32) */
-    size_t smem = (size_t)(ATT_MAX_ROWS + 4 * KB) * hd * 2 + (size_t)ATT_THREADS * (hd / 2) * 4;
+    size_t smem = ATT_SMEM(W, hd);
     if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                          "attn smem attribute"))
         return INVAR_CUDA_ECUDA;
     if (a->n_tokens == 0 || a->grid == 0) return 0;
     dim3 grid(a->grid, a->n_kv_heads);
-    kern<<<grid, ATT_THREADS, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
-                                                   a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
-                                                   a->n_kv_heads, a->max_pages, scale, a->counts);
+    kern<<<grid, 32 * W, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                              a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                              a->n_kv_heads, a->max_pages, scale, a->counts);
     if (a->split) {
         size_t warps = (size_t)a->n_tokens * a->n_heads;
         merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,

@@ -25,16 +25,25 @@ static __device__ __forceinline__ uint32_t AT(sw)(int r, int ch)
 /* Keys and values of positions kbase .. kbase+KB-1 into the tiles at ks / vs; positions at
  * or past kend (not cached, or past every row's position) are zero, so a masked weight of
  * exactly 0 meets a finite value. */
+template <int NT>
 static __device__ __forceinline__ void AT(load_kv)(uint32_t ks, uint32_t vs, const uint16_t *kc,
                                                    const uint16_t *vc, const int32_t *bt, int kbase,
                                                    int kend, int kh, int n_kv, int tid)
 {
+    /* The block's pages first, all four loads in flight at once: a page lookup inside the
+     * copy loop would wait out a global-load latency per copy (the copies are ordered). */
+    int pg[KB / PAGE];
 #pragma unroll
-    for (int i = tid; i < KB * QCH; i += ATT_THREADS) {
+    for (int p = 0; p < KB / PAGE; p++) pg[p] = kbase + p * PAGE < kend ? __ldg(bt + kbase / PAGE + p) : 0;
+#pragma unroll
+    for (int i = tid; i < KB * QCH; i += NT) {
         int j = i / QCH, ch = i % QCH, pos = kbase + j;
         uint32_t off = AT(sw)(j, ch);
         if (pos < kend) {
-            int page = __ldg(bt + pos / PAGE);
+            const int pj = j / PAGE;
+            int page = pg[0];
+#pragma unroll
+            for (int p = 1; p < KB / PAGE; p++) page = pj == p ? pg[p] : page;
             size_t e = (((size_t)page * n_kv + kh) * PAGE + pos % PAGE) * HD + 8 * ch;
             cp_async16(ks + off, kc + e);
             cp_async16(vs + off, vc + e);
@@ -45,30 +54,35 @@ static __device__ __forceinline__ void AT(load_kv)(uint32_t ks, uint32_t vs, con
     }
 }
 
+/* W warps: W * 16 query rows; every W runs the same per-warp code on its rows (the same
+ * blocks, the same instruction sequence), so the variant changes no bit of a row. */
+template <int W>
 static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item it, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale)
 {
+    constexpr int NT = 32 * W, MR = 16 * W, ST = ATT_STAGES(W);
     extern __shared__ __align__(128) uint8_t smem[];
-    const uint32_t q_s = smem_u32(smem);                        /* [ATT_MAX_ROWS][HD] */
-    const uint32_t k_s = q_s + ATT_MAX_ROWS * HD * 2;           /* [2][KB][HD] */
-    const uint32_t v_s = k_s + 2 * KB * HD * 2;                 /* [2][KB][HD] */
+    const uint32_t q_s = smem_u32(smem);                        /* [MR][HD] */
+    const uint32_t k_s = q_s + MR * HD * 2;                     /* [ST][KB][HD] */
+    const uint32_t v_s = k_s + ST * KB * HD * 2;                /* [ST][KB][HD] */
     /* The running output of the thread's rows (folded splits): thread-private, in shared
      * memory to leave the registers to the block's tiles; element i of thread t at
      * [i][t], so a warp's accesses are one row of banks. */
-    float *orun = (float *)(smem + (ATT_MAX_ROWS + 4 * KB) * HD * 2) + threadIdx.x;
-#define ORUN(n, e) orun[((n) * 4 + (e)) * ATT_THREADS]
+    float *orun = (float *)(smem + (MR + 2 * ST * KB) * HD * 2) + threadIdx.x;
+#define ORUN(n, e) orun[((n) * 4 + (e)) * NT]
     const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int G = n_heads / n_kv, R = it.ntok * G;
     const int32_t *bt = block_table + (size_t)it.seq * max_pages;
     const int last_pos = it.pos0 + it.ntok - 1;
     const int kend = min(ctx_len[it.seq], last_pos + 1);
     const float sl2 = __fmul_rn(scale, 1.44269504088896341f); /* scores in log2 units */
+    (void)max_pages;
 
     /* Query rows (zero past R). */
-    for (int i = tid; i < ATT_MAX_ROWS * QCH; i += ATT_THREADS) {
+    for (int i = tid; i < MR * QCH; i += NT) {
         int r = i / QCH, ch = i % QCH;
         uint32_t off = AT(sw)(r, ch);
         if (r < R) {
@@ -81,7 +95,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
     const int c0 = it.chunk < 0 ? 0 : it.chunk;
     const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + 1;
     const int kb0 = c0 * (SPLIT / KB), kb1 = min(c1 * (SPLIT / KB), (kend - 1) / KB + 1);
-    AT(load_kv)(k_s, v_s, kc, vc, bt, kb0 * KB, kend, kh, n_kv, tid);
+    AT(load_kv)<NT>(k_s, v_s, kc, vc, bt, kb0 * KB, kend, kh, n_kv, tid);
     cp_async_commit();
 
     /* This thread's two rows: g and g + 8 of the warp's 16 (position -1: a padding row). */
@@ -93,6 +107,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
     }
     const bool wactive = wr0 < R;
     const int wlast = wactive ? it.pos0 + (min(R, wr0 + 16) - 1) / G : -1; /* the warp's last position */
+    const int wfirst = it.pos0 + wr0 / G; /* and its first: padding rows (-1) are all -inf anyway */
 
     float o[HD / 8][4], mc[2], lc[2], mrun[2] = {0, 0}, lrun[2] = {0, 0};
 #pragma unroll
@@ -103,11 +118,17 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
     lc[0] = lc[1] = 0.0f;
 
     for (int kb = kb0; kb < kb1; kb++) {
-        const uint32_t kbuf = k_s + ((kb - kb0) & 1) * (KB * HD * 2);
-        const uint32_t vbuf = v_s + ((kb - kb0) & 1) * (KB * HD * 2);
-        if (kb + 1 < kb1) {
+        const uint32_t kbuf = k_s + (ST == 2 ? (kb - kb0) & 1 : 0) * (KB * HD * 2);
+        const uint32_t vbuf = v_s + (ST == 2 ? (kb - kb0) & 1 : 0) * (KB * HD * 2);
+        if (ST == 1) { /* one buffer: this block's copy starts now (several CTAs per SM overlap) */
+            if (kb > kb0) {
+                AT(load_kv)<NT>(k_s, v_s, kc, vc, bt, kb * KB, kend, kh, n_kv, tid);
+                cp_async_commit();
+            }
+            cp_async_wait0();
+        } else if (kb + 1 < kb1) { /* two: the next block's copy overlaps this block */
             const uint32_t nb = ((kb + 1 - kb0) & 1) * (KB * HD * 2);
-            AT(load_kv)(k_s + nb, v_s + nb, kc, vc, bt, (kb + 1) * KB, kend, kh, n_kv, tid);
+            AT(load_kv)<NT>(k_s + nb, v_s + nb, kc, vc, bt, (kb + 1) * KB, kend, kh, n_kv, tid);
             cp_async_commit();
             cp_async_wait1();
         } else {
@@ -132,45 +153,52 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
                     mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
                 }
             }
-            /* Mask, scale, online softmax for rows g (h = 0) and g + 8 (h = 1). */
+            /* Mask, scale, online softmax for rows g (h = 0) and g + 8 (h = 1). Keys past a
+             * row's position exist only in the warp's diagonal blocks. */
+            const bool diag = kbase + KB - 1 > wfirst;
             float alpha[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float mx = -INFINITY;
+                float v[KB / 4]; /* the thread's KB / 4 scores of the row, in column order */
 #pragma unroll
                 for (int n = 0; n < KB / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         int key = kbase + 8 * n + 2 * tig + e;
-                        float t = key <= tpos[h] ? __fmul_rn(s[n][2 * h + e], sl2) : -INFINITY;
-                        s[n][2 * h + e] = t;
-                        mx = fmaxf(mx, t);
+                        v[2 * n + e] = !diag || key <= tpos[h] ? s[n][2 * h + e] : -INFINITY;
                     }
+                /* max is exact in any order; a tree keeps the dependency chain short */
+                float mx = tree_max<KB / 4>(v);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(mc[h], mx);
+                /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
+                const float mnew = fmaxf(mc[h], __fmul_rn(mx, sl2));
                 const float muse = mnew == -INFINITY ? 0.0f : mnew;
-                alpha[h] = exp2f(__fsub_rn(mc[h], muse));
+                alpha[h] = ex2(__fsub_rn(mc[h], muse));
                 mc[h] = mnew;
-                float rs = 0.0f;
 #pragma unroll
-                for (int n = 0; n < KB / 8; n++)
+                for (int i = 0; i < KB / 4; i++) v[i] = ex2(__fmaf_rn(v[i], sl2, -muse));
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float p = exp2f(__fsub_rn(s[n][2 * h + e], muse));
-                        s[n][2 * h + e] = p;
-                        rs = __fadd_rn(rs, p);
-                    }
+                for (int n = 0; n < KB / 8; n++) {
+                    s[n][2 * h] = v[2 * n];
+                    s[n][2 * h + 1] = v[2 * n + 1];
+                }
+                /* the row sum: one fixed pairwise tree over the thread's columns, then the
+                 * xor tree over the row's four threads */
+                float rs = tree_sum<KB / 4>(v);
                 rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
                 rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
                 lc[h] = __fadd_rn(__fmul_rn(lc[h], alpha[h]), rs);
             }
+            /* o * 1 is o: the rescale is skipped when no row of the warp needs it. */
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                o[n][0] = __fmul_rn(o[n][0], alpha[0]);
-                o[n][1] = __fmul_rn(o[n][1], alpha[0]);
-                o[n][2] = __fmul_rn(o[n][2], alpha[1]);
-                o[n][3] = __fmul_rn(o[n][3], alpha[1]);
+                for (int n = 0; n < HD / 8; n++) {
+                    o[n][0] = __fmul_rn(o[n][0], alpha[0]);
+                    o[n][1] = __fmul_rn(o[n][1], alpha[0]);
+                    o[n][2] = __fmul_rn(o[n][2], alpha[1]);
+                    o[n][3] = __fmul_rn(o[n][3], alpha[1]);
+                }
             }
             /* O += P V: keys in 16-wide steps in order. */
 #pragma unroll
@@ -250,7 +278,8 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
  * max_pages} in device memory and the CTAs stride over the items: the grid stays fixed while
  * the work changes (a replayed CUDA graph). Either way an item is the same instruction
  * sequence. */
-__global__ void __launch_bounds__(ATT_THREADS, 1)
+template <int W>
+__global__ void __launch_bounds__(32 * W, W == 1 ? 4 : 1)
 AT(attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
@@ -259,12 +288,12 @@ AT(attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *
             const int32_t *__restrict__ counts)
 {
     if (!counts) {
-        AT(attn_item_run)(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
+        AT(attn_item_run)<W>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
                           ws, n_heads, n_kv, max_pages, scale);
         return;
     }
     for (int i = blockIdx.x; i < __ldg(counts); i += gridDim.x) {
-        AT(attn_item_run)(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
+        AT(attn_item_run)<W>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
                           __ldg(counts + 1), scale);
         __syncthreads(); /* the next item reuses the shared memory */
     }
