@@ -32,11 +32,16 @@ target_link_libraries(invar_cuda PUBLIC CUDA::cudart_static CUDA::cublas)
 # Targets made before this file (the layers, the CLI) link CUDA through invar_backend but
 # were created without the variable above: they take no CMake architecture list either.
 get_property(invar_targets_before DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
-set_target_properties(${invar_targets_before} PROPERTIES CUDA_ARCHITECTURES OFF)
+if(invar_targets_before)
+  set_target_properties(${invar_targets_before} PROPERTIES CUDA_ARCHITECTURES OFF)
+endif()
 
-# The engine's CUDA backend (host C in src/backend) drives these kernels.
-target_compile_definitions(invar_backend PRIVATE INVAR_HAVE_CUDA=1)
-target_link_libraries(invar_backend PUBLIC invar_cuda)
+# The engine's CUDA backend (host C in src/backend) drives these kernels (absent in a
+# kernels-only build).
+if(TARGET invar_backend)
+  target_compile_definitions(invar_backend PRIVATE INVAR_HAVE_CUDA=1)
+  target_link_libraries(invar_backend PUBLIC invar_cuda)
+endif()
 
 # Device tests: plain C host programs; registered with ctest, skipped without a device.
 file(GLOB INVAR_CUDA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/test_*.c)
@@ -57,6 +62,10 @@ if(INVAR_CUDA_BENCH)
   add_executable(bench_cuda ${INVAR_CUDA_BENCH} ${INVAR_CUDA_TEST_COMMON})
   target_include_directories(bench_cuda PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda)
   target_link_libraries(bench_cuda PRIVATE invar_cuda m)
+endif()
+
+if(NOT TARGET invar) # a kernels-only build: the engine's targets do not exist
+  return()
 endif()
 
 # The engine on the GPU: the invariance suite through the public API (needs a model file;

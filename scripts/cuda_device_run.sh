@@ -4,7 +4,6 @@
 # Usage: scripts/cuda_device_run.sh [tests|bench|torch|all]...   (default: all)
 # CUDA_TESTS="test_cuda_attention ..." runs only those tests; BENCH_SECTIONS="attn ..." only
 # those bench sections.
-# Plain nvcc/gcc commands, not CMake: the device image lacks the CPU engine's dependencies.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/cuda}
@@ -20,30 +19,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,cl
 nvcc --version | tail -2
 
 echo "== build =="
-GENCODE="-gencode=arch=compute_90a,code=sm_90a"
-pids=()
-for f in src/kernels/cuda/*.cu; do
-  nvcc -c -O3 -std=c++17 $GENCODE -Xptxas -v -Xptxas -warn-spills -Iinclude -Isrc \
-    "$f" -o "$B/$(basename "$f" .cu).o" > "$B/$(basename "$f" .cu).ptxas.txt" 2>&1 &
-  pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p" || status=1; done
-cat "$B"/*.ptxas.txt | grep -E "error|warning|Compiling entry|registers|spill" | sed 's/ptxas info    : //'
-[ $status = 0 ] || { echo "BUILD FAILED"; cat "$B"/*.ptxas.txt; exit 1; }
-rm -f "$B/libinvar_cuda.a"
-ar rcs "$B/libinvar_cuda.a" "$B"/*.o
-CFLAGS="-O2 -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc -Itests/cuda -Ibench/cuda -I$(dirname "$(command -v nvcc)")/../include"
-gcc $CFLAGS -c tests/cuda/cuda_test_util.c -o "$B/util.o" || exit 1
-link() { nvcc -o "$1" "${@:2}" "$B/util.o" -L"$B" -linvar_cuda -lcublas -lm; }
-for t in tests/cuda/test_*.c; do
-  n=$(basename "$t" .c)
-  gcc $CFLAGS -c "$t" -o "$B/$n.o" && link "$B/$n" "$B/$n.o" || exit 1
-done
-bo=()
-for f in bench/cuda/*.c; do gcc $CFLAGS -c "$f" -o "$B/bench_$(basename "$f" .c).o" || exit 1; bo+=("$B/bench_$(basename "$f" .c).o"); done
-link "$B/bench_cuda" "${bo[@]}" || exit 1
+# CMake's kernels-only mode: the CUDA kernels, their device tests and bench_cuda, without the
+# engine's libraries (the device image has none of them). ptxas reports registers and spills.
+command -v ninja >/dev/null && gen=(-G Ninja) || gen=()
+cmake -S . -B "$B" "${gen[@]}" -DINVAR_CUDA_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_FLAGS="-Xptxas -v" > "$B/configure.txt" 2>&1 || { cat "$B/configure.txt"; echo "CONFIGURE FAILED"; exit 1; }
+cmake --build "$B" -j"$(nproc)" > "$B/build.txt" 2>&1 || status=1
+grep -E "error|warning|Compiling entry|registers|spill" "$B/build.txt" | sed 's/ptxas info    : //'
+[ $status = 0 ] || { echo "BUILD FAILED"; cat "$B/build.txt"; exit 1; }
 if command -v cuobjdump >/dev/null; then
-  echo "SASS tensor-core instructions in the GEMM object: $(cuobjdump --dump-sass "$B/gemm_invariant.o" | grep -c HGMMA) HGMMA, $(cuobjdump --dump-sass "$B/gemm_invariant.o" | grep -c -E 'HMMA') HMMA"
+  o=$(find "$B" -name 'gemm_invariant.cu.o' | head -1)
+  echo "SASS tensor-core instructions in the GEMM object: $(cuobjdump --dump-sass "$o" | grep -c HGMMA) HGMMA, $(cuobjdump --dump-sass "$o" | grep -c -E 'HMMA') HMMA"
 fi
 
 if want tests; then
