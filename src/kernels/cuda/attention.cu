@@ -51,41 +51,28 @@ static __device__ __forceinline__ float ex2(float x)
     return y;
 }
 
-/* Fixed pairwise trees over N register values, v[i] (+) v[i + N/2] at every level (written
+/* Fixed pairwise trees over N register values, v[i] (op) v[i + N/2] at every level (written
  * as template recursion so the values stay in registers): the same order for every row,
  * whatever its place in a tile. */
-template <int N> struct tree {
-    static __device__ __forceinline__ void fold_sum(float *t)
+struct op_add { static __device__ __forceinline__ float f(float a, float b) { return __fadd_rn(a, b); } };
+struct op_max { static __device__ __forceinline__ float f(float a, float b) { return fmaxf(a, b); } };
+template <int N, class Op> struct tree {
+    static __device__ __forceinline__ void fold(float *t)
     {
 #pragma unroll
-        for (int i = 0; i < N / 2; i++) t[i] = __fadd_rn(t[i], t[i + N / 2]);
-        tree<N / 2>::fold_sum(t);
-    }
-    static __device__ __forceinline__ void fold_max(float *t)
-    {
-#pragma unroll
-        for (int i = 0; i < N / 2; i++) t[i] = fmaxf(t[i], t[i + N / 2]);
-        tree<N / 2>::fold_max(t);
+        for (int i = 0; i < N / 2; i++) t[i] = Op::f(t[i], t[i + N / 2]);
+        tree<N / 2, Op>::fold(t);
     }
 };
-template <> struct tree<1> {
-    static __device__ __forceinline__ void fold_sum(float *) {}
-    static __device__ __forceinline__ void fold_max(float *) {}
+template <class Op> struct tree<1, Op> {
+    static __device__ __forceinline__ void fold(float *) {}
 };
-template <int N> static __device__ __forceinline__ float tree_sum(const float *v)
+template <int N, class Op> static __device__ __forceinline__ float tree_reduce(const float *v)
 {
     float t[N];
 #pragma unroll
     for (int i = 0; i < N; i++) t[i] = v[i];
-    tree<N>::fold_sum(t);
-    return t[0];
-}
-template <int N> static __device__ __forceinline__ float tree_max(const float *v)
-{
-    float t[N];
-#pragma unroll
-    for (int i = 0; i < N; i++) t[i] = v[i];
-    tree<N>::fold_max(t);
+    tree<N, Op>::fold(t);
     return t[0];
 }
 

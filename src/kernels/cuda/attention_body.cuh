@@ -168,7 +168,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
                         v[2 * n + e] = !diag || key <= tpos[h] ? s[n][2 * h + e] : -INFINITY;
                     }
                 /* max is exact in any order; a tree keeps the dependency chain short */
-                float mx = tree_max<KB / 4>(v);
+                float mx = tree_reduce<KB / 4, op_max>(v);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
@@ -185,7 +185,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
                 }
                 /* the row sum: one fixed pairwise tree over the thread's columns, then the
                  * xor tree over the row's four threads */
-                float rs = tree_sum<KB / 4>(v);
+                float rs = tree_reduce<KB / 4, op_add>(v);
                 rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
                 rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
                 lc[h] = __fadd_rn(__fmul_rn(lc[h], alpha[h]), rs);
