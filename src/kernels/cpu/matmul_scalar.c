@@ -154,6 +154,39 @@ float mm_unit_q6_K(const void *wrow, int64_t u, const int8_t *xq, const float *x
     return acc;
 }
 
+/* Decoded types (matmul_internal.h, MM_REC_DEC): the unit's integer form, then per
+ * activation block the factor f written there. |dlo|, |dhi| <= 16*127*127 and |s| <= 63,
+ * so |isum| < 2^25 (its float conversion rounds the same way on every ISA). */
+static inline __attribute__((always_inline)) float unit_decoded(const void *wrow, int64_t u, const int8_t *xq,
+                                                                const float *xd, const int16_t *xs, float acc,
+                                                                uint32_t type) {
+    const quant_traits *qt = &quant_type_table[type];
+    quant_iblock B;
+    qt->decode((const uint8_t *)wrow + (size_t)u * qt->block_bytes, &B);
+    const int n32 = qt->block_elems / 32;
+    for (int j = 0; j < n32; j++) {
+        const int64_t b = u * n32 + j;
+        const int8_t *x = xq + b * 32;
+        int dlo = 0, dhi = 0;
+        for (int i = 0; i < 16; i++) {
+            dlo += B.q[32 * j + i] * x[i];
+            dhi += B.q[32 * j + 16 + i] * x[16 + i];
+        }
+        int isum = B.s[2 * j] * dlo + B.s[2 * j + 1] * dhi;
+        int imin = B.m[2 * j] * xs[2 * b] + B.m[2 * j + 1] * xs[2 * b + 1];
+        float f = fmaf(-B.dmin, (float)imin, B.d * (float)isum);
+        acc = fmaf(xd[b], f, acc);
+    }
+    return acc;
+}
+
+#define UNIT_DECODED(t, T, UE)                                                                            \
+    float mm_unit_##t(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, \
+                      float acc) {                                                                        \
+        return unit_decoded(wrow, u, xq, xd, xs, acc, INVAR_T_##T);                                       \
+    }
+MM_DECODED(UNIT_DECODED)
+
 /* Groups [g0, g1) of a quantised weight: each output is its unit sequence in K order.
  * Always inlined with a constant `unit`, so each type's loop calls its unit directly. */
 static inline __attribute__((always_inline)) void quant_groups(const mm_args *a, int64_t g0, int64_t g1,
@@ -180,6 +213,8 @@ QUANT_GROUPS(q4_0)
 QUANT_GROUPS(q4_1)
 QUANT_GROUPS(q4_K)
 QUANT_GROUPS(q6_K)
+#define QUANT_GROUPS_DECODED(t, T, UE) QUANT_GROUPS(t)
+MM_DECODED(QUANT_GROUPS_DECODED)
 
 /* Float weights: element kk of a row, per type. */
 static inline float weight_f32(const void *wrow, int64_t kk) { return ((const float *)wrow)[kk]; }
