@@ -25,8 +25,15 @@ F16_FIELDS = {
     T.Q8_0: [0],
     T.Q4_K: [0, 2],
     T.Q6_K: [208],
+    T.Q5_0: [0],
+    T.Q5_1: [0, 2],
+    T.Q2_K: [80, 82],
+    T.Q3_K: [108],
+    T.Q5_K: [0, 2],
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
 }
-QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q8_0}  # types gguf.quants.quantize implements
+QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1}  # types gguf.quants.quantize implements
 
 
 def random_blocks(rng, qtype, rows, cols):
@@ -81,7 +88,8 @@ def write_gguf(path, tensors):
     w.close()
 
 
-@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K],
+@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K,
+                                   T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K, T.IQ4_NL, T.IQ4_XS],
                          ids=lambda t: t.name)
 def test_dequant_matches_gguf_package(tmp_path, qtype):
     if not os.access(BINARY, os.X_OK):
