@@ -26,7 +26,8 @@ Mixes, as llama.cpp's quantiser writes them (per-tensor types; the layer
 choice follows its "more bits for attn_v/ffn_down in the first, last and every
 third layer" rule): Q4_K_M (Q4_K, with Q6_K for those attn_v/ffn_down and the
 output), Q5_K_M (Q5_K / Q6_K likewise), Q3_K_M (Q3_K; attn_v and those ffn_down
-Q5_K / Q4_K, attn_output Q4_K, output Q6_K).
+Q5_K / Q4_K, attn_output Q4_K, output Q6_K).  EVERY (for tests) gives each
+tensor the next of all the quantised types above in turn.
 
 K-quant blocks hold 256 values along a row, so the tiny shape widens to
 n_embd=256 / n_ff=512 for K types; for the SmolLM2 shape (n_embd 576, which is
@@ -51,7 +52,10 @@ DEFAULT_TOKENIZER_MODEL = os.environ.get(
 ARCHES = ("llama", "qwen2", "qwen3")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K",
          "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS")
-MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M")
+MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "EVERY")
+# EVERY: each quantised type in turn, one per tensor (tests: one small file, all kernels).
+EVERY_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+_ROLES = ("token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output")
 K_TYPES = ("Q4_K", "Q6_K", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS") + MIXES  # 256-element rows
 QK_K = 256
 
@@ -74,6 +78,7 @@ FILE_TYPE = {
     "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
     "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M,
     "Q3_K_M": gguf.LlamaFileType.MOSTLY_Q3_K_M,
+    "EVERY": gguf.LlamaFileType.GUESSED,
 }
 
 
@@ -84,6 +89,9 @@ def mix_type(mix: str, role: str, layer: int, n_layer: int) -> str:
         return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and more_bits) else "Q4_K"
     if mix == "Q5_K_M":
         return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and more_bits) else "Q5_K"
+    if mix == "EVERY":
+        slot = 0 if role == "token_embd" else 1 + 7 * n_layer if role == "output" else 7 * layer + _ROLES.index(role)
+        return EVERY_TYPES[slot % len(EVERY_TYPES)]
     if mix == "Q3_K_M":
         if role == "output":
             return "Q6_K"

@@ -50,6 +50,8 @@ SYNTHETIC_VARIANTS = {
     "llama-output-Q4_K_M": dict(arch="llama", wtype="Q4_K_M", separate_output=True, vocab=4096),
     "qwen3-Q5_K_M": dict(arch="qwen3", wtype="Q5_K_M", vocab=4096),
     "llama-output-Q3_K_M": dict(arch="llama", wtype="Q3_K_M", separate_output=True, vocab=4096),
+    # every quantised type, one per tensor (test_weight_types.py runs the engine suite on it)
+    "llama-output-EVERY": dict(arch="llama", wtype="EVERY", separate_output=True, vocab=4096),
 }
 
 
