@@ -19,8 +19,9 @@ Weight types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (quantised from Gaussian
 weights with gguf.quants.quantize) and Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
 (gguf-py cannot quantise these, so valid blocks are written directly from
 random quants and moderate scales, following the ggml block layouts; the
-weights' true values are whatever gguf.quants.dequantize yields).  MXFP4 is
-not written: gguf-py 0.17 has no MXFP4 type id.
+weights' true values are whatever gguf.quants.dequantize yields), and MXFP4
+the same way (gguf-py 0.17 has no MXFP4 type: tools/gguf_mxfp4.py registers
+it and dequantises it).
 
 Mixes, as llama.cpp's quantiser writes them (per-tensor types; the layer
 choice follows its "more bits for attn_v/ffn_down in the first, last and every
@@ -45,16 +46,19 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
+import gguf_mxfp4  # registers MXFP4 where gguf-py lacks it
+
 DEFAULT_TOKENIZER_MODEL = os.environ.get(
     "INVAR_MODEL",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 ARCHES = ("llama", "qwen2", "qwen3")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K",
-         "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS")
+         "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4")
 MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "EVERY")
 # EVERY: each quantised type in turn, one per tensor (tests: one small file, all kernels).
-EVERY_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+EVERY_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+               "IQ4_XS")
 _ROLES = ("token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output")
 K_TYPES = ("Q4_K", "Q6_K", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS") + MIXES  # 256-element rows
 QK_K = 256
@@ -75,6 +79,7 @@ FILE_TYPE = {
     "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S,
     "IQ4_NL": gguf.LlamaFileType.MOSTLY_IQ4_NL,
     "IQ4_XS": gguf.LlamaFileType.MOSTLY_IQ4_XS,
+    "MXFP4": gguf.LlamaFileType.GUESSED,
     "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
     "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M,
     "Q3_K_M": gguf.LlamaFileType.MOSTLY_Q3_K_M,
@@ -295,7 +300,8 @@ def random_iq4_xs(rng, rows, cols, std):
 
 
 RANDOM_BLOCKS = {"Q4_K": random_q4_k, "Q6_K": random_q6_k, "Q2_K": random_q2_k, "Q3_K": random_q3_k,
-                 "Q5_K": random_q5_k, "IQ4_NL": random_iq4_nl, "IQ4_XS": random_iq4_xs}
+                 "Q5_K": random_q5_k, "IQ4_NL": random_iq4_nl, "IQ4_XS": random_iq4_xs,
+                 "MXFP4": gguf_mxfp4.random_mxfp4}
 
 
 # ---------------------------------------------------------------- tensors

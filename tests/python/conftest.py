@@ -46,6 +46,7 @@ SYNTHETIC_VARIANTS = {
     "llama-Q3_K": dict(arch="llama", wtype="Q3_K", vocab=4096),
     "llama-Q5_K": dict(arch="llama", wtype="Q5_K", vocab=4096),
     "llama-IQ4_XS": dict(arch="llama", wtype="IQ4_XS", vocab=4096),
+    "llama-MXFP4": dict(arch="llama", wtype="MXFP4", vocab=4096),
     # the mixed files quantisers write (per-tensor types, K-quant token embedding)
     "llama-output-Q4_K_M": dict(arch="llama", wtype="Q4_K_M", separate_output=True, vocab=4096),
     "qwen3-Q5_K_M": dict(arch="qwen3", wtype="Q5_K_M", vocab=4096),

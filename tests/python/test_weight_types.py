@@ -1,8 +1,8 @@
 """The engine's invariance suite (tests/unit/test_engine_invariance.c: batched equals alone
 bit for bit across batch sizes, threads, chunking, and its negative controls, which must
 fail) run unchanged on a file holding every quantised weight type, one per tensor
-(make_tiny_model's EVERY mix: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K
-IQ4_XS). The suite reads its model from INVAR_MODEL."""
+(make_tiny_model's EVERY mix: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL MXFP4 Q2_K Q3_K Q4_K Q5_K
+Q6_K IQ4_XS). The suite reads its model from INVAR_MODEL."""
 import os
 import subprocess
 
