@@ -38,7 +38,7 @@ SYNTHETIC_VARIANTS = {
     "llama-Q6_K": dict(arch="llama", wtype="Q6_K"),
     "qwen2-Q6_K": dict(arch="qwen2", wtype="Q6_K"),
     "qwen3-Q4_K": dict(arch="qwen3", wtype="Q4_K"),
-    # vocab=4096 (the first 4096 tokens): the type under test costs seconds, not tens
+    # a tiny model per new type; vocab=4096 (the first 4096 tokens) keeps each to seconds
     "llama-Q5_0": dict(arch="llama", wtype="Q5_0", vocab=4096),
     "llama-Q5_1": dict(arch="llama", wtype="Q5_1", vocab=4096),
     "llama-IQ4_NL": dict(arch="llama", wtype="IQ4_NL", vocab=4096),
