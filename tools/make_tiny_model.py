@@ -15,10 +15,20 @@ Usage:
 merges among them): a model whose logits and sampling cost almost nothing, for
 the invariance fuzzer (tests/fuzz/fuzz_invariance.c).
 
-Weight types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 (quantised from Gaussian weights
-with gguf.quants.quantize) and Q4_K Q6_K (gguf-py cannot quantise K-quants,
-so valid blocks are built directly from random quants and moderate scales;
-the weights' true values are whatever gguf.quants.dequantize yields).
+Weight types: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 (quantised from Gaussian
+weights with gguf.quants.quantize) and Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
+(gguf-py cannot quantise these, so valid blocks are written directly from
+random quants and moderate scales, following the ggml block layouts; the
+weights' true values are whatever gguf.quants.dequantize yields), and MXFP4
+the same way (gguf-py 0.17 has no MXFP4 type: tools/gguf_mxfp4.py registers
+it and dequantises it).
+
+Mixes, as llama.cpp's quantiser writes them (per-tensor types; the layer
+choice follows its "more bits for attn_v/ffn_down in the first, last and every
+third layer" rule): Q4_K_M (Q4_K, with Q6_K for those attn_v/ffn_down and the
+output), Q5_K_M (Q5_K / Q6_K likewise), Q3_K_M (Q3_K; attn_v and those ffn_down
+Q5_K / Q4_K, attn_output Q4_K, output Q6_K).  EVERY (for tests) gives each
+tensor the next of all the quantised types above in turn.
 
 K-quant blocks hold 256 values along a row, so the tiny shape widens to
 n_embd=256 / n_ff=512 for K types; for the SmolLM2 shape (n_embd 576, which is
@@ -36,13 +46,21 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
+import gguf_mxfp4  # registers MXFP4 where gguf-py lacks it
+
 DEFAULT_TOKENIZER_MODEL = os.environ.get(
     "INVAR_MODEL",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 ARCHES = ("llama", "qwen2", "qwen3")
-TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
-K_TYPES = ("Q4_K", "Q6_K")
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K",
+         "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4")
+MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "EVERY")
+# EVERY: each quantised type in turn, one per tensor (tests: one small file, all kernels).
+EVERY_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+               "IQ4_XS")
+_ROLES = ("token_embd", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output")
+K_TYPES = ("Q4_K", "Q6_K", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS") + MIXES  # 256-element rows
 QK_K = 256
 
 FILE_TYPE = {
@@ -54,7 +72,40 @@ FILE_TYPE = {
     "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
     "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
     "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
+    "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0,
+    "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+    "Q2_K": gguf.LlamaFileType.MOSTLY_Q2_K,
+    "Q3_K": gguf.LlamaFileType.MOSTLY_Q3_K_S,
+    "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S,
+    "IQ4_NL": gguf.LlamaFileType.MOSTLY_IQ4_NL,
+    "IQ4_XS": gguf.LlamaFileType.MOSTLY_IQ4_XS,
+    "MXFP4": gguf.LlamaFileType.GUESSED,
+    "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M,
+    "Q3_K_M": gguf.LlamaFileType.MOSTLY_Q3_K_M,
+    "EVERY": gguf.LlamaFileType.GUESSED,
 }
+
+
+def mix_type(mix: str, role: str, layer: int, n_layer: int) -> str:
+    """Per-tensor type of a K-quant mix (role: attn_q/k/v/output, ffn_gate/up/down, output)."""
+    more_bits = layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
+    if mix == "Q4_K_M":
+        return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and more_bits) else "Q4_K"
+    if mix == "Q5_K_M":
+        return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and more_bits) else "Q5_K"
+    if mix == "EVERY":
+        slot = 0 if role == "token_embd" else 1 + 7 * n_layer if role == "output" else 7 * layer + _ROLES.index(role)
+        return EVERY_TYPES[slot % len(EVERY_TYPES)]
+    if mix == "Q3_K_M":
+        if role == "output":
+            return "Q6_K"
+        if role == "attn_v" or (role == "ffn_down" and more_bits):
+            return "Q5_K" if layer < 2 else "Q4_K"
+        if role in ("attn_output", "ffn_down"):
+            return "Q4_K"
+        return "Q3_K"
+    return mix
 
 
 @dataclass(frozen=True)
@@ -183,16 +234,84 @@ def random_q6_k(rng: np.random.Generator, rows: int, cols: int, std: float) -> n
     return blocks.reshape(rows, -1)
 
 
+def _blocks(nb: int, *parts: np.ndarray, qtype) -> np.ndarray:
+    out = np.concatenate([p.reshape(nb, -1).astype(np.uint8) for p in parts], axis=1)
+    assert out.shape[1] == gguf.GGML_QUANT_SIZES[qtype][1], qtype
+    return out
+
+
+def _bytes(rng: np.random.Generator, nb: int, n: int) -> np.ndarray:
+    return rng.integers(0, 256, size=(nb, n), dtype=np.uint8)
+
+
+def random_q2_k(rng, rows, cols, std):
+    """Q2_K: value = d*sc*q - dmin*m per 16, q in 0..3; m ~ 1.5 sc centres each group."""
+    nb = rows * cols // QK_K
+    sc = rng.integers(6, 11, size=(nb, 16))
+    mn = np.clip(np.rint(sc * 1.5), 0, 15)
+    d = (std / 9.0) * rng.uniform(0.7, 1.3, size=nb)
+    scales = (sc | (mn.astype(np.int64) << 4)).astype(np.uint8)
+    return _blocks(nb, scales, _bytes(rng, nb, 64), _f16_bytes(d), _f16_bytes(d), qtype=QT.Q2_K).reshape(rows, -1)
+
+
+def random_q3_k(rng, rows, cols, std):
+    """Q3_K: value = d*(u-32)*q per 16, q in -4..3, u six-bit; |u-32| in 8..31 of either sign."""
+    nb = rows * cols // QK_K
+    mag = rng.integers(8, 32, size=(nb, 16))
+    u = np.where(rng.random((nb, 16)) < 0.5, 32 - mag, 32 + np.minimum(mag, 31)).astype(np.uint8)
+    sc = np.empty((nb, 12), dtype=np.uint8)
+    sc[:, 0:8] = (u[:, 0:8] & 0x0F) | ((u[:, 8:16] & 0x0F) << 4)
+    hi = (u >> 4) & 3
+    sc[:, 8:12] = hi[:, 0:4] | (hi[:, 4:8] << 2) | (hi[:, 8:12] << 4) | (hi[:, 12:16] << 6)
+    d = (std / 46.0) * rng.uniform(0.7, 1.3, size=nb)
+    return _blocks(nb, _bytes(rng, nb, 32), _bytes(rng, nb, 64), sc, _f16_bytes(d), qtype=QT.Q3_K).reshape(rows, -1)
+
+
+def random_q5_k(rng, rows, cols, std):
+    """Q5_K: as Q4_K with q in 0..31 (fifth bits in qh); dmin = 16 d centres each 32."""
+    nb = rows * cols // QK_K
+    sc = rng.integers(16, 64, size=(nb, 8))
+    mn = np.clip(np.rint(sc * 15.5 / 16 + rng.integers(-2, 3, size=(nb, 8))), 0, 63)
+    d = (std / (40 * 9.2)) * rng.uniform(0.7, 1.3, size=nb)
+    return _blocks(nb, _f16_bytes(d), _f16_bytes(16 * d), _pack_q4k_scales(sc, mn), _bytes(rng, nb, 32),
+                   _bytes(rng, nb, 128), qtype=QT.Q5_K).reshape(rows, -1)
+
+
+def random_iq4_nl(rng, rows, cols, std):
+    """IQ4_NL: value = d * codebook[nibble] (codebook std ~ 66)."""
+    nb = rows * cols // 32
+    d = (std / 66.0) * rng.uniform(0.7, 1.3, size=nb)
+    return _blocks(nb, _f16_bytes(d), _bytes(rng, nb, 16), qtype=QT.IQ4_NL).reshape(rows, -1)
+
+
+def random_iq4_xs(rng, rows, cols, std):
+    """IQ4_XS: value = d*(u-32)*codebook[nibble] per 32, u six-bit; |u-32| in 8..31."""
+    nb = rows * cols // QK_K
+    mag = rng.integers(8, 32, size=(nb, 8))
+    u = np.where(rng.random((nb, 8)) < 0.5, 32 - mag, 32 + np.minimum(mag, 31)).astype(np.uint16)
+    lo = (u & 0x0F).astype(np.uint8)
+    scales_l = lo[:, 0::2] | (lo[:, 1::2] << 4)
+    sh = np.zeros(nb, dtype=np.uint16)
+    for j in range(8):
+        sh |= ((u[:, j] >> 4) & 3) << (2 * j)
+    d = (std / (20 * 66.0)) * rng.uniform(0.7, 1.3, size=nb)
+    return _blocks(nb, _f16_bytes(d), sh.view(np.uint8).reshape(nb, 2), scales_l, _bytes(rng, nb, 128),
+                   qtype=QT.IQ4_XS).reshape(rows, -1)
+
+
+RANDOM_BLOCKS = {"Q4_K": random_q4_k, "Q6_K": random_q6_k, "Q2_K": random_q2_k, "Q3_K": random_q3_k,
+                 "Q5_K": random_q5_k, "IQ4_NL": random_iq4_nl, "IQ4_XS": random_iq4_xs,
+                 "MXFP4": gguf_mxfp4.random_mxfp4}
+
+
 # ---------------------------------------------------------------- tensors
 
 def encode(rng: np.random.Generator, rows: int, cols: int, std: float, wtype: str):
     """Random [rows, cols] matrix in wtype: (array, raw_dtype or None, type used)."""
     if wtype in K_TYPES and cols % QK_K != 0:
         wtype = "Q8_0"  # same fallback a real quantiser uses for short rows
-    if wtype == "Q4_K":
-        return random_q4_k(rng, rows, cols, std), QT.Q4_K, wtype
-    if wtype == "Q6_K":
-        return random_q6_k(rng, rows, cols, std), QT.Q6_K, wtype
+    if wtype in RANDOM_BLOCKS:
+        return RANDOM_BLOCKS[wtype](rng, rows, cols, std), QT[wtype], wtype
     w = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
     if wtype == "F32":
         return w, None, wtype
@@ -214,9 +333,10 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
                vocab: int | None = None) -> str:
     if arch not in ARCHES:
         raise ValueError(f"unknown arch {arch!r}")
-    if wtype not in TYPES:
+    if wtype not in TYPES + MIXES:
         raise ValueError(f"unknown weight type {wtype!r}")
-    embd_type = embd_type or default_embd_type(wtype)
+    mix_output = wtype in MIXES and embd_type is None  # the mix picks token_embd / output types
+    embd_type = embd_type or (wtype if mix_output else default_embd_type(wtype))
     if shape == "tiny":
         s = tiny_shape(arch, wtype)
     elif shape == "smollm2-135m" or shape in GPU_SHAPES:
@@ -256,6 +376,10 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     used: dict[str, int] = {}
 
     def add(name: str, rows: int, cols: int, std: float, t: str) -> None:
+        if t in MIXES:  # the mix's type for this tensor
+            parts = name.split(".")
+            layer = int(parts[1]) if parts[0] == "blk" else 0
+            t = mix_type(t, parts[2] if parts[0] == "blk" else parts[0], layer, s.n_layer)
         arr, raw, t_used = encode(rng, rows, cols, std, t)
         used[t_used] = used.get(t_used, 0) + 1
         w.add_tensor(name, arr, raw_dtype=raw)
@@ -305,7 +429,7 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", choices=ARCHES, default="llama")
-    ap.add_argument("--type", dest="wtype", choices=TYPES, default="Q4_1")
+    ap.add_argument("--type", dest="wtype", choices=TYPES + MIXES, default="Q4_1")
     ap.add_argument("--embd-type", choices=TYPES, default=None,
                     help="type of token_embd/output (default: Q8_0 for quantised, else same)")
     ap.add_argument("--seed", type=int, default=1)

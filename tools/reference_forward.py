@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import gguf
 
+import gguf_mxfp4  # registers MXFP4 where gguf-py lacks it
+
 
 @dataclass
 class Config:
@@ -71,7 +73,7 @@ def dequantize_tensor(t) -> np.ndarray:
     if t.tensor_type == gguf.GGMLQuantizationType.F32:
         arr = raw.view(np.float32)
     else:
-        arr = gguf.quants.dequantize(raw, t.tensor_type)
+        arr = gguf_mxfp4.dequantize(raw, t.tensor_type)
     return np.asarray(arr, dtype=np.float32).reshape(shape)
 
 

@@ -10,8 +10,24 @@ enum {
     INVAR_T_F32 = 0, INVAR_T_F16 = 1, INVAR_T_Q4_0 = 2, INVAR_T_Q4_1 = 3,
     INVAR_T_Q5_0 = 6, INVAR_T_Q5_1 = 7, INVAR_T_Q8_0 = 8, INVAR_T_Q8_1 = 9,
     INVAR_T_Q2_K = 10, INVAR_T_Q3_K = 11, INVAR_T_Q4_K = 12, INVAR_T_Q5_K = 13,
-    INVAR_T_Q6_K = 14, INVAR_T_Q8_K = 15, INVAR_T_BF16 = 30
+    INVAR_T_Q6_K = 14, INVAR_T_Q8_K = 15, INVAR_T_IQ4_NL = 20, INVAR_T_IQ4_XS = 23,
+    INVAR_T_BF16 = 30, INVAR_T_MXFP4 = 39
 };
+
+/* A weight block in integer form, the one shape every "decoded" type is read in (the
+ * types with a quant_traits.decode): element e of the block is
+ *     y[e] = (d * s[e/16]) * q[e] - (dmin * m[e/16])
+ * with small integers q, s, m (types without a minimum: dmin = 0, m = 0; one scale per
+ * 32 elements: s[2j] = s[2j+1]). It is the layout-specific part of such a type: the
+ * reference dequantiser and the matmul's packing and reference sequence all start here,
+ * and the float formula above is exactly gguf's per-type expression (see dequant.c). */
+typedef struct {
+    float d, dmin;
+    int8_t q[256]; /* |q| <= 127 */
+    int8_t s[16];  /* per 16 elements */
+    int8_t m[16];
+} quant_iblock;
+typedef void (*quant_decode_fn)(const uint8_t *blk, quant_iblock *out);
 
 /* One row per ggml type id: what every layer needs to know about a weight type. The
  * kernels keep their own table keyed by the same ids (kernels/cpu/matmul_traits.c) and
@@ -25,6 +41,9 @@ typedef struct {
     /* Reference dequantisation of nb blocks (src any alignment); NULL: the engine cannot
      * compute with this type (the parser still validates its sizes). */
     void (*dequant)(const uint8_t *src, float *dst, int64_t nb);
+    /* Integer form of one block (src any alignment), or NULL (types with their own
+     * kernels and dequantiser). */
+    quant_decode_fn decode;
 } quant_traits;
 
 #define QUANT_TYPE_END 40 /* every known id is below this */

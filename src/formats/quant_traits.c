@@ -4,6 +4,7 @@
 #include "formats/quant.h"
 
 #include "formats/dequant.h"
+#include "formats/quant_decode.h"
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
@@ -22,6 +23,8 @@ _Static_assert(_Alignof(block_q4_0) == A_HALF && _Alignof(block_q4_1) == A_HALF 
 
 /* Types the engine computes with; the others carry no dequantiser. */
 #define BLOCK(T) sizeof(block_##T), A_HALF, dequant_##T
+/* Types read through their integer form (quant_decode.c). */
+#define DECODED(t, bytes, align) bytes, align, dequant_##t, quant_decode_##t
 
 const quant_traits quant_type_table[QUANT_TYPE_END] = {
     [0]  = {"F32", 1, 4, _Alignof(float), dequant_f32},
@@ -29,27 +32,27 @@ const quant_traits quant_type_table[QUANT_TYPE_END] = {
     [2]  = {"Q4_0", 32, BLOCK(q4_0)},
     [3]  = {"Q4_1", 32, BLOCK(q4_1)},
     /* 4, 5: retired Q4_2 / Q4_3 */
-    [6]  = {"Q5_0", 32, 22, A_HALF, NULL},
-    [7]  = {"Q5_1", 32, 24, A_HALF, NULL},
+    [6]  = {"Q5_0", 32, DECODED(q5_0, 22, A_HALF)},
+    [7]  = {"Q5_1", 32, DECODED(q5_1, 24, A_HALF)},
     [8]  = {"Q8_0", 32, BLOCK(q8_0)},
     /* ggml's block_q8_1 (fp16 d, fp16 s = d * sum(q), 32 int8) is 36 bytes; it began as
      * two floats (40), which gguf-py's size table still lists. ggml uses it only for
      * activations, so no file holds it; invar's own int8 activations are mm_xq. */
     [9]  = {"Q8_1", 32, 36, A_HALF, NULL},
-    [10] = {"Q2_K", 256, 84, A_HALF, NULL},
-    [11] = {"Q3_K", 256, 110, A_HALF, NULL},
+    [10] = {"Q2_K", 256, DECODED(q2_K, 84, A_HALF)},
+    [11] = {"Q3_K", 256, DECODED(q3_K, 110, A_HALF)},
     [12] = {"Q4_K", 256, BLOCK(q4_K)},
-    [13] = {"Q5_K", 256, 176, A_HALF, NULL},
+    [13] = {"Q5_K", 256, DECODED(q5_K, 176, A_HALF)},
     [14] = {"Q6_K", 256, BLOCK(q6_K)},
     [15] = {"Q8_K", 256, 292, 4, NULL}, /* float scale */
     [16] = {"IQ2_XXS", 256, 66, A_HALF, NULL},
     [17] = {"IQ2_XS", 256, 74, A_HALF, NULL},
     [18] = {"IQ3_XXS", 256, 98, A_HALF, NULL},
     [19] = {"IQ1_S", 256, 50, A_HALF, NULL},
-    [20] = {"IQ4_NL", 32, 18, A_HALF, NULL},
+    [20] = {"IQ4_NL", 32, DECODED(iq4_nl, 18, A_HALF)},
     [21] = {"IQ3_S", 256, 110, A_HALF, NULL},
     [22] = {"IQ2_S", 256, 82, A_HALF, NULL},
-    [23] = {"IQ4_XS", 256, 136, A_HALF, NULL},
+    [23] = {"IQ4_XS", 256, DECODED(iq4_xs, 136, A_HALF)},
     [24] = {"I8", 1, 1, 1, NULL},
     [25] = {"I16", 1, 2, 2, NULL},
     [26] = {"I32", 1, 4, 4, NULL},
@@ -61,7 +64,7 @@ const quant_traits quant_type_table[QUANT_TYPE_END] = {
     [34] = {"TQ1_0", 256, 54, A_HALF, NULL},
     [35] = {"TQ2_0", 256, 66, A_HALF, NULL},
     /* 36..38: retired IQ4_NL_4_4 / _4_8 / _8_8 */
-    [39] = {"MXFP4", 32, 17, 1, NULL}, /* a byte exponent + bytes */
+    [39] = {"MXFP4", 32, DECODED(mxfp4, 17, 1)}, /* a byte exponent + bytes */
 };
 
 const quant_traits *quant_traits_of(uint32_t type) {

@@ -38,6 +38,21 @@ SYNTHETIC_VARIANTS = {
     "llama-Q6_K": dict(arch="llama", wtype="Q6_K"),
     "qwen2-Q6_K": dict(arch="qwen2", wtype="Q6_K"),
     "qwen3-Q4_K": dict(arch="qwen3", wtype="Q4_K"),
+    # a tiny model per new type; vocab=4096 (the first 4096 tokens) keeps each to seconds
+    "llama-Q5_0": dict(arch="llama", wtype="Q5_0", vocab=4096),
+    "llama-Q5_1": dict(arch="llama", wtype="Q5_1", vocab=4096),
+    "llama-IQ4_NL": dict(arch="llama", wtype="IQ4_NL", vocab=4096),
+    "llama-Q2_K": dict(arch="llama", wtype="Q2_K", vocab=4096),
+    "llama-Q3_K": dict(arch="llama", wtype="Q3_K", vocab=4096),
+    "llama-Q5_K": dict(arch="llama", wtype="Q5_K", vocab=4096),
+    "llama-IQ4_XS": dict(arch="llama", wtype="IQ4_XS", vocab=4096),
+    "llama-MXFP4": dict(arch="llama", wtype="MXFP4", vocab=4096),
+    # the mixed files quantisers write (per-tensor types, K-quant token embedding)
+    "llama-output-Q4_K_M": dict(arch="llama", wtype="Q4_K_M", separate_output=True, vocab=4096),
+    "qwen3-Q5_K_M": dict(arch="qwen3", wtype="Q5_K_M", vocab=4096),
+    "llama-output-Q3_K_M": dict(arch="llama", wtype="Q3_K_M", separate_output=True, vocab=4096),
+    # every quantised type, one per tensor (test_weight_types.py runs the engine suite on it)
+    "llama-output-EVERY": dict(arch="llama", wtype="EVERY", separate_output=True, vocab=4096),
 }
 
 

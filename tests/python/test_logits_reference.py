@@ -144,7 +144,9 @@ def model_and_tokens(request, default_model, default_tokens, synthetic_model):
     variant = request.param
     if variant == "default":
         return variant, default_model, default_tokens
-    return variant, synthetic_model(variant), synthetic_tokens()
+    vocab = SYNTHETIC_VARIANTS[variant].get("vocab")
+    tokens = synthetic_tokens() if vocab is None else [t % vocab for t in synthetic_tokens()]
+    return variant, synthetic_model(variant), tokens
 
 
 ALL_VARIANTS = ["default"] + list(SYNTHETIC_VARIANTS)

@@ -2,7 +2,7 @@
 
 For each supported type a GGUF file is written with gguf.GGUFWriter (data quantised by
 gguf.quants.quantize where the package can, plus random raw blocks with finite moderate
-f16 scales), the C side dequantises it with `test_quant --dump-gguf IN OUT`, and the
+f16 scales; MXFP4's exponent byte takes every value), the C side dequantises it with `test_quant --dump-gguf IN OUT`, and the
 float32 bits are compared with gguf.quants.dequantize.
 """
 import os
@@ -14,6 +14,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
+import gguf_mxfp4  # noqa: E402  (MXFP4, which gguf-py 0.17 lacks: its layout, in numpy)
 
 BUILD_DIR = os.environ.get("INVAR_BUILD_DIR", str(Path(__file__).resolve().parents[2] / "build"))
 BINARY = os.path.join(BUILD_DIR, "test_quant")
@@ -25,8 +26,16 @@ F16_FIELDS = {
     T.Q8_0: [0],
     T.Q4_K: [0, 2],
     T.Q6_K: [208],
+    T.Q5_0: [0],
+    T.Q5_1: [0, 2],
+    T.Q2_K: [80, 82],
+    T.Q3_K: [108],
+    T.Q5_K: [0, 2],
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
+    gguf_mxfp4.MXFP4: [],
 }
-QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q8_0}  # types gguf.quants.quantize implements
+QUANTIZABLE = {T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1}  # types gguf.quants.quantize implements
 
 
 def random_blocks(rng, qtype, rows, cols):
@@ -81,7 +90,9 @@ def write_gguf(path, tensors):
     w.close()
 
 
-@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K],
+@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q4_K, T.Q6_K,
+                                   T.Q5_0, T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K, T.IQ4_NL, T.IQ4_XS,
+                                   gguf_mxfp4.MXFP4],
                          ids=lambda t: t.name)
 def test_dequant_matches_gguf_package(tmp_path, qtype):
     if not os.access(BINARY, os.X_OK):
@@ -98,7 +109,7 @@ def test_dequant_matches_gguf_package(tmp_path, qtype):
     offset = 0
     for t in reader.tensors:
         assert t.tensor_type == qtype
-        want = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32).reshape(-1)
+        want = gguf_mxfp4.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32).reshape(-1)
         assert want.size == int(np.prod(t.shape)), t.name
         part = got[offset:offset + want.size]
         assert part.size == want.size, f"C output too short at tensor {t.name}"

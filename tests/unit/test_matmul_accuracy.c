@@ -109,8 +109,10 @@ static void test_rejects_bad_shapes(void **state) {
     static uint8_t buf[4096];
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q4_1, 4, 48, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q4_K, 4, 128, buf, err, sizeof err), 0);
-    assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q5_0, 4, 32, buf, err, sizeof err), 0);
-    assert_non_null(strstr(err, "unsupported weight type Q5_0"));
+    assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q3_K, 4, 128, buf, err, sizeof err), 0);
+    assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q5_0, 4, 48, buf, err, sizeof err), 0);
+    assert_int_not_equal(cpu_weight_init(&w, INVAR_T_Q8_1, 4, 32, buf, err, sizeof err), 0);
+    assert_non_null(strstr(err, "unsupported weight type Q8_1"));
     assert_int_not_equal(cpu_weight_init(&w, 4 /* retired */, 4, 32, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, UINT32_MAX, 4, 32, buf, err, sizeof err), 0);
     assert_int_not_equal(cpu_weight_init(&w, INVAR_T_F32, 0, 32, buf, err, sizeof err), 0);
@@ -152,11 +154,14 @@ static void test_kernel_table(void **state) {
         assert_true(quant_type_supported(types.id[t]));
         assert_non_null(mm_gen[types.id[t]]);
     }
-    static const uint32_t expected[] = {INVAR_T_F32, INVAR_T_F16, INVAR_T_Q4_0, INVAR_T_Q4_1,
-                                        INVAR_T_Q8_0, INVAR_T_Q4_K, INVAR_T_Q6_K, INVAR_T_BF16};
+    static const uint32_t expected[] = {INVAR_T_F32,  INVAR_T_F16,    INVAR_T_Q4_0,   INVAR_T_Q4_1,
+                                        INVAR_T_Q5_0, INVAR_T_Q5_1,   INVAR_T_Q8_0,   INVAR_T_Q2_K,
+                                        INVAR_T_Q3_K, INVAR_T_Q4_K,   INVAR_T_Q5_K,   INVAR_T_Q6_K,
+                                        INVAR_T_IQ4_NL, INVAR_T_IQ4_XS, INVAR_T_BF16, INVAR_T_MXFP4};
     assert_int_equal(types.n, sizeof expected / sizeof expected[0]);
     for (size_t i = 0; i < types.n; i++) assert_int_equal(types.id[i], expected[i]);
-    assert_false(cpu_matmul_supports(INVAR_T_Q5_0));
+    assert_false(cpu_matmul_supports(INVAR_T_Q8_1));
+    assert_false(cpu_matmul_supports(INVAR_T_Q8_K));
     assert_false(cpu_matmul_supports(QUANT_TYPE_END));
 }
 

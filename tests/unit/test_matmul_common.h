@@ -111,10 +111,55 @@ static void mm_gen_q6_K(uint8_t *row, int64_t k) {
     }
 }
 
+/* Decoded types: every quant and scale bit random, then the float scales set moderate. */
+static void mm_put_scale(uint8_t *p, float lo, float hi) {
+    uint16_t h = mm_rand_scale(lo, hi);
+    memcpy(p, &h, 2);
+}
+
+static void mm_gen_decoded(uint8_t *row, int64_t k, uint32_t type) {
+    const quant_traits *t = quant_traits_of(type);
+    for (int64_t b = 0; b < k / t->block_elems; b++) {
+        uint8_t *B = row + (size_t)b * t->block_bytes;
+        mm_fill_bytes(B, t->block_bytes);
+        switch (type) {
+        case INVAR_T_Q5_0: mm_put_scale(B, 0.005f, 0.05f); break;
+        case INVAR_T_Q5_1: {
+            mm_put_scale(B, 0.005f, 0.05f);
+            uint16_t d, m;
+            memcpy(&d, B, 2);
+            m = f32_to_fp16(-fp16_to_f32(d) * (float)(mm_rand() % 32));
+            memcpy(B + 2, &m, 2);
+            break;
+        }
+        case INVAR_T_IQ4_NL: mm_put_scale(B, 0.0005f, 0.005f); break;
+        case INVAR_T_MXFP4: B[0] = (uint8_t)(118 + mm_rand() % 6); break;
+        case INVAR_T_Q2_K: mm_put_scale(B + 80, 0.001f, 0.01f); mm_put_scale(B + 82, 0.001f, 0.01f); break;
+        case INVAR_T_Q3_K: mm_put_scale(B + 108, 0.0005f, 0.003f); break;
+        case INVAR_T_Q5_K: mm_put_scale(B, 0.0005f, 0.003f); mm_put_scale(B + 2, 0.0005f, 0.003f); break;
+        case INVAR_T_IQ4_XS: mm_put_scale(B, 0.00005f, 0.0003f); break;
+        default: abort();
+        }
+    }
+}
+#define MM_GEN_DECODED(t, T) \
+    static void mm_gen_##t(uint8_t *row, int64_t k) { mm_gen_decoded(row, k, INVAR_T_##T); }
+MM_GEN_DECODED(q5_0, Q5_0)
+MM_GEN_DECODED(q5_1, Q5_1)
+MM_GEN_DECODED(iq4_nl, IQ4_NL)
+MM_GEN_DECODED(mxfp4, MXFP4)
+MM_GEN_DECODED(q2_K, Q2_K)
+MM_GEN_DECODED(q3_K, Q3_K)
+MM_GEN_DECODED(q5_K, Q5_K)
+MM_GEN_DECODED(iq4_xs, IQ4_XS)
+
 static const mm_gen_fn mm_gen[QUANT_TYPE_END] = {
     [INVAR_T_F32] = mm_gen_f32,   [INVAR_T_F16] = mm_gen_f16,   [INVAR_T_BF16] = mm_gen_bf16,
     [INVAR_T_Q8_0] = mm_gen_q8_0, [INVAR_T_Q4_0] = mm_gen_q4_0, [INVAR_T_Q4_1] = mm_gen_q4_1,
     [INVAR_T_Q4_K] = mm_gen_q4_K, [INVAR_T_Q6_K] = mm_gen_q6_K,
+    [INVAR_T_Q5_0] = mm_gen_q5_0, [INVAR_T_Q5_1] = mm_gen_q5_1, [INVAR_T_IQ4_NL] = mm_gen_iq4_nl,
+    [INVAR_T_MXFP4] = mm_gen_mxfp4, [INVAR_T_Q2_K] = mm_gen_q2_K, [INVAR_T_Q3_K] = mm_gen_q3_K,
+    [INVAR_T_Q5_K] = mm_gen_q5_K, [INVAR_T_IQ4_XS] = mm_gen_iq4_xs,
 };
 
 /* n random rows of k weights. A type without a generator stops the test: every type

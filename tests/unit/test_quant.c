@@ -39,12 +39,12 @@ static void test_type_info(void **state) {
     (void)state;
     static const struct { uint32_t id; size_t be, bb; const char *name; bool sup; } want[] = {
         {0, 1, 4, "F32", true}, {1, 1, 2, "F16", true}, {2, 32, 18, "Q4_0", true},
-        {3, 32, 20, "Q4_1", true}, {6, 32, 22, "Q5_0", false}, {7, 32, 24, "Q5_1", false},
-        {8, 32, 34, "Q8_0", true}, {9, 32, 36, "Q8_1", false}, {10, 256, 84, "Q2_K", false},
-        {11, 256, 110, "Q3_K", false}, {12, 256, 144, "Q4_K", true}, {13, 256, 176, "Q5_K", false},
+        {3, 32, 20, "Q4_1", true}, {6, 32, 22, "Q5_0", true}, {7, 32, 24, "Q5_1", true},
+        {8, 32, 34, "Q8_0", true}, {9, 32, 36, "Q8_1", false}, {10, 256, 84, "Q2_K", true},
+        {11, 256, 110, "Q3_K", true}, {12, 256, 144, "Q4_K", true}, {13, 256, 176, "Q5_K", true},
         {14, 256, 210, "Q6_K", true}, {15, 256, 292, "Q8_K", false}, {16, 256, 66, "IQ2_XXS", false},
-        {20, 32, 18, "IQ4_NL", false}, {23, 256, 136, "IQ4_XS", false}, {28, 1, 8, "F64", false},
-        {29, 256, 56, "IQ1_M", false}, {30, 1, 2, "BF16", true},
+        {20, 32, 18, "IQ4_NL", true}, {23, 256, 136, "IQ4_XS", true}, {28, 1, 8, "F64", false},
+        {29, 256, 56, "IQ1_M", false}, {30, 1, 2, "BF16", true}, {39, 32, 17, "MXFP4", true},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         size_t be = 0, bb = 0;
@@ -95,7 +95,7 @@ static void test_table_rows(void **state) {
         supported += t->dequant != NULL;
     }
     assert_int_equal(known, 32);
-    assert_int_equal(supported, 8);
+    assert_int_equal(supported, 16);
 }
 
 static void test_row_bytes(void **state) {
@@ -374,10 +374,93 @@ static void test_dequant_q6_K(void **state) {
     }
 }
 
+/* ---- Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4: element by element ----------------
+ * Each value stated from the published block layout, one element at a time, with gguf's
+ * float expression (the Python test compares with the gguf package itself). Blocks are
+ * random bytes with finite scales of either sign. */
+static float f16_at(const uint8_t *p) { return fp16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+static int bit_at(const uint8_t *bits, int i) { return (bits[i / 8] >> (i % 8)) & 1; }
+static int nib_at(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
+static const int k_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static float ref_element(uint32_t type, const uint8_t *b, int e) {
+    switch (type) {
+    case INVAR_T_Q5_0: return f16_at(b) * (float)((nib_at(b + 6, e) | bit_at(b + 2, e) << 4) - 16);
+    case INVAR_T_Q5_1: return f16_at(b) * (float)(nib_at(b + 8, e) | bit_at(b + 4, e) << 4) + f16_at(b + 2);
+    case INVAR_T_IQ4_NL: return f16_at(b) * (float)k_iq4[nib_at(b + 2, e)];
+    case INVAR_T_MXFP4: {
+        static const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        /* 2^(e-127) as ggml computes it, halved: no NaN code, e = 255 is 2^127 * 2 */
+        const float v = fp4[nib_at(b + 1, e)];
+        return (2.0f * (v == 0 ? 0.0f : v)) * ldexpf(1.0f, b[0] - 128); /* ggml's table has +0 twice */
+    }
+    case INVAR_T_Q2_K: {
+        const int q = (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3, sc = b[e / 16];
+        return (f16_at(b + 80) * (float)(sc & 15)) * (float)q - f16_at(b + 82) * (float)(sc >> 4);
+    }
+    case INVAR_T_Q3_K: {
+        const int low = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+        const int q = low - ((b[e % 32] >> (e / 32)) & 1 ? 0 : 4), i = e / 16;
+        const int sc = (((b[96 + i % 8] >> (4 * (i / 8))) & 15) | ((b[104 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
+        return (f16_at(b + 108) * (float)sc) * (float)q;
+    }
+    case INVAR_T_Q5_K: {
+        const int q = ((b[48 + 32 * (e / 64) + e % 32] >> (4 * ((e / 32) & 1))) & 15) | ((b[16 + e % 32] >> (e / 32)) & 1) << 4;
+        uint8_t sc, mn;
+        quant_q4_K_scale_min(b + 4, e / 32, &sc, &mn);
+        return (f16_at(b) * (float)sc) * (float)q - f16_at(b + 2) * (float)mn;
+    }
+    case INVAR_T_IQ4_XS: {
+        const int j = e / 32, sh = b[2] | b[3] << 8;
+        const int ls = (((b[4 + j / 2] >> (4 * (j & 1))) & 15) | ((sh >> (2 * j)) & 3) << 4) - 32;
+        return (f16_at(b) * (float)ls) * (float)k_iq4[nib_at(b + 8 + 16 * j, e % 32)];
+    }
+    default: fail_msg("no element reference for type %u", type); return 0;
+    }
+}
+
+static void test_dequant_decoded_types(void **state) {
+    (void)state;
+    static const uint32_t types[] = {INVAR_T_Q5_0, INVAR_T_Q5_1, INVAR_T_IQ4_NL, INVAR_T_MXFP4,
+                                     INVAR_T_Q2_K, INVAR_T_Q3_K, INVAR_T_Q5_K, INVAR_T_IQ4_XS};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const quant_traits *t = quant_traits_of(types[ti]);
+        enum { NB = 64 };
+        const size_t bytes = NB * (size_t)t->block_bytes, n = NB * (size_t)t->block_elems;
+        uint8_t *blk = malloc(bytes);
+        float *y = malloc(n * sizeof(float));
+        assert_true(blk && y);
+        for (size_t i = 0; i < bytes; i++) blk[i] = (uint8_t)rnd();
+        for (int b = 0; b < NB; b++) { /* finite f16 scales (the MXFP4 exponent takes any byte) */
+            uint8_t *B = blk + (size_t)b * t->block_bytes;
+            static const int f16_off[][3] = {{INVAR_T_Q5_0, 0, -1}, {INVAR_T_Q5_1, 0, 2}, {INVAR_T_IQ4_NL, 0, -1},
+                                             {INVAR_T_Q2_K, 80, 82}, {INVAR_T_Q3_K, 108, -1},
+                                             {INVAR_T_Q5_K, 0, 2}, {INVAR_T_IQ4_XS, 0, -1}};
+            for (size_t k = 0; k < sizeof f16_off / sizeof f16_off[0]; k++)
+                if ((uint32_t)f16_off[k][0] == types[ti])
+                    for (int f = 1; f <= 2; f++)
+                        if (f16_off[k][f] >= 0)
+                            put16(B + f16_off[k][f], f32_to_fp16(((float)(rnd() % 2001) - 1000.0f) * 1e-3f));
+        }
+        if (types[ti] == INVAR_T_MXFP4) blk[0] = 255, blk[17] = 0, blk[34] = 1, blk[51] = 254;
+        dequant_both(types[ti], blk, bytes, y, (int64_t)n);
+        for (int b = 0; b < NB; b++)
+            for (int e = 0; e < t->block_elems; e++) {
+                const float want = ref_element(types[ti], blk + (size_t)b * t->block_bytes, e);
+                const float got = y[(size_t)b * t->block_elems + e];
+                if (memcmp(&want, &got, 4) != 0)
+                    fail_msg("%s block %d element %d: %a != %a", t->name, b, e, got, want);
+            }
+        free(blk);
+        free(y);
+    }
+}
+
 /* Types with a reference test above (an independent statement of the layout): every type
  * with a dequantiser must be here. */
-static const uint32_t k_reference_tested[] = {INVAR_T_F32,  INVAR_T_F16,  INVAR_T_BF16, INVAR_T_Q8_0,
-                                              INVAR_T_Q4_0, INVAR_T_Q4_1, INVAR_T_Q4_K, INVAR_T_Q6_K};
+static const uint32_t k_reference_tested[] = {
+    INVAR_T_F32,  INVAR_T_F16,  INVAR_T_BF16, INVAR_T_Q8_0, INVAR_T_Q4_0,   INVAR_T_Q4_1,   INVAR_T_Q4_K, INVAR_T_Q6_K,
+    INVAR_T_Q5_0, INVAR_T_Q5_1, INVAR_T_Q2_K, INVAR_T_Q3_K, INVAR_T_Q5_K, INVAR_T_IQ4_NL, INVAR_T_IQ4_XS, INVAR_T_MXFP4};
 
 static void test_dequant_every_type(void **state) {
     (void)state;
@@ -409,7 +492,7 @@ static void test_dequant_unsupported_is_nan(void **state) {
     (void)state;
     uint8_t blk[22] = {0};
     float y[32];
-    dequant_row(INVAR_T_Q5_0, blk, y, 32);
+    dequant_row(INVAR_T_Q8_1, blk, y, 32);
     for (int i = 0; i < 32; i++) assert_true(isnan(y[i]));
 }
 
@@ -467,6 +550,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_q4_K_scales_roundtrip),
         cmocka_unit_test(test_dequant_q4_K),
         cmocka_unit_test(test_dequant_q6_K),
+        cmocka_unit_test(test_dequant_decoded_types),
         cmocka_unit_test(test_dequant_every_type),
         cmocka_unit_test(test_dequant_unsupported_is_nan),
     };

@@ -211,6 +211,51 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     }
 }
 
+/* Decoded types (MM_REC_DEC): the stored q + 128 back to signed q (|q| <= 127), dots by
+ * maddubs(|q|, sign(x, q)): a pair is <= 2*127*127, no saturation. */
+AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc, const int UE) {
+    const xrows X = rows_at(a, i0);
+    const int n32 = UE / 32;
+    const int64_t nu = X.nb / n32;
+    const __m256i off = _mm256_set1_epi8((char)0x80);
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_DEC(UE);
+        prefetch_rec(rec, MM_REC_DEC(UE), h);
+        const __m256 d = _mm256_loadu_ps((const float *)(rec + MM_DEC_D(UE) + 32 * h));
+        const __m256 dmin = _mm256_loadu_ps((const float *)(rec + MM_DEC_DMIN(UE) + 32 * h));
+        for (int j = 0; j < n32; j++) {
+            const int64_t b = u * n32 + j;
+            __m256i W[8], AW[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                W[t] = _mm256_xor_si256(ldw(rec + 64 * (8 * j + t) + 32 * h), off);
+                AW[t] = _mm256_abs_epi8(W[t]);
+            }
+            const uint8_t *S = rec + MM_DEC_S(UE) + 32 * j + 8 * h, *M = rec + MM_DEC_M(UE) + 32 * j + 8 * h;
+            const __m256i s0 = i8x8_epi32(S), s1 = i8x8_epi32(S + 16), m0 = i8x8_epi32(M), m1 = i8x8_epi32(M + 16);
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+                UNROLL for (int t = 0; t < 4; t++) {
+                    lo = _mm256_add_epi32(lo, madd1(_mm256_maddubs_epi16(AW[t], _mm256_sign_epi8(bcast4(x + 4 * t), W[t]))));
+                    hi = _mm256_add_epi32(hi, madd1(_mm256_maddubs_epi16(AW[4 + t], _mm256_sign_epi8(bcast4(x + 16 + 4 * t), W[4 + t]))));
+                }
+                const __m256i xs0 = _mm256_set1_epi32(xs[0]), xs1 = _mm256_set1_epi32(xs[1]);
+                const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(s0, lo), _mm256_mullo_epi32(s1, hi));
+                const __m256i imin = _mm256_add_epi32(_mm256_mullo_epi32(m0, xs0), _mm256_mullo_epi32(m1, xs1));
+                const __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    k_decoded(a, grp, i0, h, R, acc, 32);
+}
+AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    k_decoded(a, grp, i0, h, R, acc, 256);
+}
+
 /* Stores lanes [0, cols) of v to y (cols 1..8). */
 AI void store_cols(float *y, __m256 v, int64_t cols) {
     if (cols >= 8) {
@@ -258,6 +303,8 @@ GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
 GROUP_LOOP(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0)
 GROUP_LOOP(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K)
 GROUP_LOOP(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K)
+#define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
+MM_DECODED(DECODED_LOOP)
 
 /* Exact max / integer sum of 8 lanes (order cannot matter for these). */
 AI float hmax8(__m256 v) {

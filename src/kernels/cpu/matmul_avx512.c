@@ -151,6 +151,49 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     }
 }
 
+/* Decoded types (MM_REC_DEC): q + 128 as unsigned bytes, so dpbusd gives
+ * dot + 128 * (half sum of x), taken off again; then the factor of matmul_internal.h. */
+AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE) {
+    const xrows X = rows_at(a, i0);
+    const int n32 = UE / 32;
+    const int64_t nu = X.nb / n32;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_DEC(UE);
+        prefetch_rec(rec, MM_REC_DEC(UE));
+        const __m512 d = _mm512_loadu_ps((const void *)(rec + MM_DEC_D(UE)));
+        const __m512 dmin = _mm512_loadu_ps((const void *)(rec + MM_DEC_DMIN(UE)));
+        for (int j = 0; j < n32; j++) {
+            const int64_t b = u * n32 + j;
+            __m512i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) Q[t] = ldw(rec + 64 * (8 * j + t));
+            const __m512i s0 = i8x16_epi32(rec + MM_DEC_S(UE) + 32 * j), s1 = i8x16_epi32(rec + MM_DEC_S(UE) + 32 * j + 16);
+            const __m512i m0 = i8x16_epi32(rec + MM_DEC_M(UE) + 32 * j), m1 = i8x16_epi32(rec + MM_DEC_M(UE) + 32 * j + 16);
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
+                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+                UNROLL for (int t = 0; t < 4; t++) {
+                    lo = dp(lo, Q[t], x + 4 * t);
+                    hi = dp(hi, Q[4 + t], x + 16 + 4 * t);
+                }
+                const __m512i xs0 = _mm512_set1_epi32(xs[0]), xs1 = _mm512_set1_epi32(xs[1]);
+                lo = _mm512_sub_epi32(lo, _mm512_slli_epi32(xs0, 7));
+                hi = _mm512_sub_epi32(hi, _mm512_slli_epi32(xs1, 7));
+                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, lo), _mm512_mullo_epi32(s1, hi));
+                const __m512i imin = _mm512_add_epi32(_mm512_mullo_epi32(m0, xs0), _mm512_mullo_epi32(m1, xs1));
+                const __m512 f = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin), _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    k_decoded(a, grp, i0, R, acc, 32);
+}
+AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    k_decoded(a, grp, i0, R, acc, 256);
+}
+
 /* ---- Panel kernels (Q4_0, Q4_1, Q8_0): activations in panels (matmul_internal.h). ----
  * Row r of block b is at xb + 32r, its scale at xb + 32R + 4r and its aux at
  * xb + 36R + 4r: constant offsets from one pointer, folded into the instructions
@@ -374,6 +417,8 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
 
 GROUP_LOOP(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K)
 GROUP_LOOP(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K)
+#define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
+MM_DECODED(DECODED_LOOP)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */
 AI void quant_block(const float *xb, int8_t *q, float *d, int *s0, int *s1) {

@@ -42,6 +42,24 @@
 #define MM_REC_Q8_0 544
 #define MM_REC_Q4_K 2368
 #define MM_REC_Q6_K 3360
+/* Decoded types (quant_traits.decode: Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS,
+ * MXFP4), one generic record per unit of UE = 32 or 256 elements, from the integer form
+ * quant_iblock: q + 128 as u8 words[UE/4][16] @0, d f32[16] @16UE, dmin f32[16] @16UE+64,
+ * s i8[UE/16][16] @16UE+128, m i8[UE/16][16] @17UE+128                = 18UE + 128 B
+ * (one byte per weight: a simple and exact first form, not a compact one). Their factor
+ * per activation block b (sub-block j of the unit) is, with dlo/dhi the exact dots of
+ * the two 16-element halves and xs the activation half sums:
+ *     isum = s[2j]*dlo + s[2j+1]*dhi,  imin = m[2j]*xs0 + m[2j+1]*xs1
+ *     f = fma(-dmin, (float)imin, d * (float)isum)                    */
+#define MM_REC_DEC(UE) (18 * (UE) + 128)
+#define MM_DEC_D(UE) (16 * (UE))
+#define MM_DEC_DMIN(UE) (16 * (UE) + 64)
+#define MM_DEC_S(UE) (16 * (UE) + 128)
+#define MM_DEC_M(UE) (17 * (UE) + 128)
+/* The decoded types: X(lower-case name, ggml name, unit elements). */
+#define MM_DECODED(X) \
+    X(q5_0, Q5_0, 32) X(q5_1, Q5_1, 32) X(iq4_nl, IQ4_NL, 32) X(mxfp4, MXFP4, 32) \
+    X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(q5_K, Q5_K, 256) X(iq4_xs, IQ4_XS, 256)
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
 typedef struct {
@@ -140,11 +158,19 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
     void mm_##isa##_q4_0(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q4_1(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q4_K(const mm_args *a, int64_t g0, int64_t g1);     \
-    void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);
+    void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);     \
+    MM_DECODED_KERNELS(isa)
+#define MM_DECODED_KERNEL(isa, t) void mm_##isa##_##t(const mm_args *a, int64_t g0, int64_t g1);
+#define MM_DECODED_KERNELS(isa)                                                                   \
+    MM_DECODED_KERNEL(isa, q5_0) MM_DECODED_KERNEL(isa, q5_1) MM_DECODED_KERNEL(isa, iq4_nl)     \
+    MM_DECODED_KERNEL(isa, mxfp4) MM_DECODED_KERNEL(isa, q2_K) MM_DECODED_KERNEL(isa, q3_K)      \
+    MM_DECODED_KERNEL(isa, q5_K) MM_DECODED_KERNEL(isa, iq4_xs)
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
 #undef MM_KERNELS
+#undef MM_DECODED_KERNELS
+#undef MM_DECODED_KERNEL
 
 /* Record packing (mm_pack_fn), matmul_pack.c. */
 void mm_pack_q8_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
@@ -152,6 +178,9 @@ void mm_pack_q4_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 void mm_pack_q4_1(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+#define MM_PACK_DECODED(t, T, UE) void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+MM_DECODED(MM_PACK_DECODED)
+#undef MM_PACK_DECODED
 
 /* The reference operation sequence (mm_unit_fn), used by the scalar kernels and the
  * split-K negative control: returns acc after `acc = fma(dx, f, acc)` for the activation
@@ -164,6 +193,9 @@ MM_UNIT(q4_0)
 MM_UNIT(q4_1)
 MM_UNIT(q4_K)
 MM_UNIT(q6_K)
+#define MM_UNIT_DECODED(t, T, UE) MM_UNIT(t)
+MM_DECODED(MM_UNIT_DECODED)
+#undef MM_UNIT_DECODED
 #undef MM_UNIT
 
 /* Float weight types (F32, F16, BF16): y[i][j] is one fused multiply-add chain over k,

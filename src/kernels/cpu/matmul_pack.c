@@ -60,3 +60,26 @@ void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
         put_u16(rec, 3328, c, B->d);
     }
 }
+
+/* Decoded types: the integer form of each column's block, laid out as MM_REC_DEC. */
+static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type) {
+    const quant_traits *qt = &quant_type_table[type];
+    const int ue = qt->block_elems;
+    for (int c = 0; c < ncols; c++) {
+        quant_iblock B;
+        qt->decode(rows[c] + (size_t)u * qt->block_bytes, &B);
+        uint8_t q[256];
+        for (int e = 0; e < ue; e++) q[e] = (uint8_t)(B.q[e] + 128);
+        for (int wi = 0; wi < ue / 4; wi++) put_word(rec, wi, c, q);
+        memcpy(rec + MM_DEC_D(ue) + 4 * c, &B.d, 4);
+        memcpy(rec + MM_DEC_DMIN(ue) + 4 * c, &B.dmin, 4);
+        for (int h = 0; h < ue / 16; h++) {
+            rec[MM_DEC_S(ue) + 16 * h + c] = (uint8_t)B.s[h];
+            rec[MM_DEC_M(ue) + 16 * h + c] = (uint8_t)B.m[h];
+        }
+    }
+}
+
+#define PACK_DECODED(t, T, UE) \
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T); }
+MM_DECODED(PACK_DECODED)

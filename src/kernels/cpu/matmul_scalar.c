@@ -154,6 +154,39 @@ float mm_unit_q6_K(const void *wrow, int64_t u, const int8_t *xq, const float *x
     return acc;
 }
 
+/* Decoded types (matmul_internal.h, MM_REC_DEC): the unit's integer form, then per
+ * activation block the factor f written there. |dlo|, |dhi| <= 16*127*127 and |s| <= 63,
+ * so |isum| < 2^25 (its float conversion rounds the same way on every ISA). */
+static inline __attribute__((always_inline)) float unit_decoded(const void *wrow, int64_t u, const int8_t *xq,
+                                                                const float *xd, const int16_t *xs, float acc,
+                                                                uint32_t type) {
+    const quant_traits *qt = &quant_type_table[type];
+    quant_iblock B;
+    qt->decode((const uint8_t *)wrow + (size_t)u * qt->block_bytes, &B);
+    const int n32 = qt->block_elems / 32;
+    for (int j = 0; j < n32; j++) {
+        const int64_t b = u * n32 + j;
+        const int8_t *x = xq + b * 32;
+        int dlo = 0, dhi = 0;
+        for (int i = 0; i < 16; i++) {
+            dlo += B.q[32 * j + i] * x[i];
+            dhi += B.q[32 * j + 16 + i] * x[16 + i];
+        }
+        int isum = B.s[2 * j] * dlo + B.s[2 * j + 1] * dhi;
+        int imin = B.m[2 * j] * xs[2 * b] + B.m[2 * j + 1] * xs[2 * b + 1];
+        float f = fmaf(-B.dmin, (float)imin, B.d * (float)isum);
+        acc = fmaf(xd[b], f, acc);
+    }
+    return acc;
+}
+
+#define UNIT_DECODED(t, T, UE)                                                                            \
+    float mm_unit_##t(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, \
+                      float acc) {                                                                        \
+        return unit_decoded(wrow, u, xq, xd, xs, acc, INVAR_T_##T);                                       \
+    }
+MM_DECODED(UNIT_DECODED)
+
 /* Groups [g0, g1) of a quantised weight: each output is its unit sequence in K order.
  * Always inlined with a constant `unit`, so each type's loop calls its unit directly. */
 static inline __attribute__((always_inline)) void quant_groups(const mm_args *a, int64_t g0, int64_t g1,
@@ -180,6 +213,52 @@ QUANT_GROUPS(q4_0)
 QUANT_GROUPS(q4_1)
 QUANT_GROUPS(q4_K)
 QUANT_GROUPS(q6_K)
+
+/* Decoded types: unit_decoded's operations, reading the integer form from the packed
+ * records (decoded once at load, MM_REC_DEC) rather than decoding every block again for
+ * each row; the packed bytes are q + 128, the scales int8, the block scales floats. */
+static inline __attribute__((always_inline)) void decoded_groups(const mm_args *a, int64_t g0, int64_t g1,
+                                                                 const int UE) {
+    const cpu_weight *w = a->w;
+    const int64_t nu = w->k / UE, nb = a->xq.nb, k = w->k;
+    const int n32 = UE / 32;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * MM_REC_DEC(UE);
+        for (int c = 0; c < MM_NC && g * MM_NC + c < w->n; c++)
+            for (int64_t i = 0; i < a->m; i++) {
+                const int8_t *xq = a->xq.q + i * k;
+                const float *xd = a->xq.d + i * nb;
+                const int16_t *xs = a->xq.s + i * 2 * nb;
+                float acc = 0.0f;
+                for (int64_t u = 0; u < nu; u++) {
+                    const uint8_t *rec = grp + (size_t)u * MM_REC_DEC(UE);
+                    float d, dmin;
+                    memcpy(&d, rec + MM_DEC_D(UE) + 4 * c, 4);
+                    memcpy(&dmin, rec + MM_DEC_DMIN(UE) + 4 * c, 4);
+                    for (int j = 0; j < n32; j++) {
+                        const int64_t b = u * n32 + j;
+                        const int8_t *x = xq + b * 32;
+                        int dlo = 0, dhi = 0;
+                        for (int e = 0; e < 16; e++) {
+                            const int el = 32 * j + e, eh = el + 16;
+                            dlo += (rec[64 * (el / 4) + 4 * c + el % 4] - 128) * x[e];
+                            dhi += (rec[64 * (eh / 4) + 4 * c + eh % 4] - 128) * x[16 + e];
+                        }
+                        const uint8_t *S = rec + MM_DEC_S(UE) + 32 * j + c, *M = rec + MM_DEC_M(UE) + 32 * j + c;
+                        int isum = (int8_t)S[0] * dlo + (int8_t)S[16] * dhi;
+                        int imin = (int8_t)M[0] * xs[2 * b] + (int8_t)M[16] * xs[2 * b + 1];
+                        float f = fmaf(-dmin, (float)imin, d * (float)isum);
+                        acc = fmaf(xd[b], f, acc);
+                    }
+                }
+                a->y[i * a->ldy + g * MM_NC + c] = acc;
+            }
+    }
+}
+
+#define DECODED_GROUPS(t, T, UE) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE); }
+MM_DECODED(DECODED_GROUPS)
 
 /* Float weights: element kk of a row, per type. */
 static inline float weight_f32(const void *wrow, int64_t kk) { return ((const float *)wrow)[kk]; }
