@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include "model/batch.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "invar.h"
 
 typedef struct {
@@ -29,11 +30,15 @@ typedef struct {
     bool cuda_graphs;       /* CUDA only: decode steps replay graphs captured with the KV cache */
 } backend_opts;
 
-/* One row of a sampling request: which request parameters, at which absolute position. */
+/* One row of a sampling request: which request parameters, at which absolute position,
+ * and (hist.seq != NULL) the request's tokens before it for the logits processing. */
 typedef struct {
     const invar_sampling *s;
     int64_t position;
+    sampler_history hist;
 } sample_row;
+
+static inline const sampler_history *sample_row_history(const sample_row *r) { return r->hist.seq ? &r->hist : NULL; }
 
 typedef struct backend backend;
 typedef struct backend_kv backend_kv; /* paged KV storage of a backend (opaque) */

@@ -16,7 +16,7 @@ typedef struct {
     fwd_state *fwd;
     float *logits;          /* [max_logits][n_vocab] */
     int32_t *work_idx;      /* sampler work space, one vocab-sized slot per thread */
-    float *work_p;
+    float *work_p;          /* two vocab-sized rows per thread */
     bool draw_by_row;       /* tests only: backend_cpu_set_draw_by_row */
 } cpu_backend;
 
@@ -84,8 +84,8 @@ static void sample_task(void *p, int64_t slot) {
     for (int64_t i; (i = atomic_fetch_add(&x->next, 1)) < x->n_rows;) {
         /* The negative control keys the draw by the row's place in the step (tests only). */
         const int64_t pos = x->rows[i].position + (x->c->draw_by_row ? i : 0);
-        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, pos, &x->out[i], x->c->work_idx + slot * V,
-                       x->c->work_p + slot * V);
+        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, pos, sample_row_history(&x->rows[i]), &x->out[i],
+                       x->c->work_idx + slot * V, x->c->work_p + slot * 2 * V);
     }
 }
 
@@ -132,7 +132,7 @@ int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err
     c->fwd = fwd_state_create(m, o->max_tokens, o->max_logits);
     c->logits = malloc(sizeof(float) * V * (size_t)o->max_logits);
     c->work_idx = malloc(sizeof(int32_t) * V * (size_t)o->n_threads);
-    c->work_p = malloc(sizeof(float) * V * (size_t)o->n_threads);
+    c->work_p = malloc(sizeof(float) * 2 * V * (size_t)o->n_threads);
     if (!c->tp || !c->fwd || !c->logits || !c->work_idx || !c->work_p) {
         cpu_destroy(&c->base);
         snprintf(err, errlen, "out of memory");

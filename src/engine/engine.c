@@ -53,6 +53,7 @@ typedef struct {
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
+    int64_t n_cached_prompt;    /* prefix-cache hits of its first start; -1 until then */
     invar_token_info *out;
     int64_t n_out;
     invar_finish finish;
@@ -102,6 +103,9 @@ struct invar_engine {
     invar_testing_drafter test_drafter; /* tests: replaces the real drafts */
     void *test_drafter_user;
     bool spec_rejection;        /* NEGATIVE CONTROL (tests): spec_rejection.h */
+    bool shared_history;        /* NEGATIVE CONTROL (tests): every row penalised by row 0's history */
+    int32_t *eog;               /* the model's end-of-generation ids (min_tokens masks them) */
+    int32_t n_eog;
     float *rej_logits, *rej_work;
     char error[256];
 };
@@ -187,6 +191,12 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
         !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
         FAIL("out of memory");
+    const int32_t V = m->cfg.n_vocab;
+    for (int32_t t = 0; t < V; t++) e->n_eog += tokenizer_is_eog(m->tok, t);
+    e->eog = malloc(sizeof(int32_t) * (size_t)(e->n_eog ? e->n_eog : 1));
+    if (!e->eog) FAIL("out of memory");
+    for (int32_t t = 0, k = 0; t < V; t++)
+        if (tokenizer_is_eog(m->tok, t)) e->eog[k++] = t;
     *out = e;
     return 0;
 }
@@ -271,6 +281,7 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_logit_rows);
     free(e->b_logit_req);
     free(e->b_logit_pos);
+    free(e->eog);
     free(e->rej_logits);
     free(e->rej_work);
     free(e->b_plp_rows);
@@ -331,6 +342,16 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
             return msg;
         }
     if (s->speculate == INVAR_SPEC_DRAFT && !e->draft) return "speculate=draft needs an engine with a draft model";
+    for (int32_t i = 0; i < s->n_logit_bias; i++)
+        if (s->logit_bias[i].token < 0 || s->logit_bias[i].token >= V) {
+            snprintf(msg, cap, "logit_bias token id %d out of range [0, %lld)", s->logit_bias[i].token, (long long)V);
+            return msg;
+        }
+    for (int32_t i = 0; i < s->n_stop_token_ids; i++)
+        if (s->stop_token_ids[i] < 0 || s->stop_token_ids[i] >= V) {
+            snprintf(msg, cap, "stop token id %d out of range [0, %lld)", s->stop_token_ids[i], (long long)V);
+            return msg;
+        }
     int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
     if (need > e->pool.n_total) {
         snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
@@ -347,6 +368,7 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->state = REQ_DONE; /* until it is fully set up */
     r->samp = *s;
     r->n_prompt = n_prompt > 0 ? n_prompt : 0;
+    r->n_cached_prompt = -1;
     if (slot_append(e, r)) {
         free(r);
         return -1;
@@ -422,6 +444,7 @@ static bool start(invar_engine *e, request *r) {
     }
     r->n_cached = hits * KV_BLOCK;
     r->n_registered = hits;
+    if (r->n_cached_prompt < 0) r->n_cached_prompt = r->n_cached;
     r->state = REQ_RUNNING;
     e->running[e->n_running++] = r->id;
     return true;
@@ -595,7 +618,9 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     r->seq[r->n_seq++] = info->token;
     e->tokens_generated++;
     const model *m = e->im->m;
-    if (!r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token)) finish(e, r, INVAR_FINISH_STOP);
+    bool stop = !r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token);
+    for (int32_t i = 0; i < r->samp.n_stop_token_ids; i++) stop |= info->token == r->samp.stop_token_ids[i];
+    if (stop) finish(e, r, INVAR_FINISH_STOP);
     else if (r->n_out >= r->samp.max_tokens || r->n_seq >= e->cfg.n_ctx) finish(e, r, INVAR_FINISH_LENGTH);
     if (e->cb) e->cb(e->cb_user, r->id, info);
 }
@@ -606,7 +631,12 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
 static int sample_rows(invar_engine *e, int64_t n_rows) {
     for (int64_t i = 0; i < n_rows; i++) {
         const request *r = req_get(e, e->b_logit_req[i]);
-        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i]};
+        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i], {0}};
+        /* Penalties read the request's own tokens before the row's position (its drafts
+         * included: a row after a rejected draft is discarded anyway). */
+        if (sampler_processes(&r->samp))
+            e->rows[i].hist = (sampler_history){r->seq, e->b_logit_pos[i], r->n_prompt, e->eog, e->n_eog};
+        if (e->shared_history && i > 0 && e->rows[0].hist.seq && e->rows[i].hist.seq) e->rows[i].hist = e->rows[0].hist;
     }
     return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
@@ -784,7 +814,9 @@ int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
                               r->out,
                               r->n_prompt,
                               r->n_plp,
-                              r->plp};
+                              r->plp,
+                              NULL,
+                              r->n_cached_prompt > 0 ? r->n_cached_prompt : 0};
         rc = 0;
     }
     pthread_mutex_unlock(&e->lock);
@@ -845,6 +877,12 @@ void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn,
 void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on) {
     pthread_mutex_lock(&e->lock);
     e->spec_rejection = on;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void invar_engine_testing_set_shared_history(invar_engine *e, bool on) {
+    pthread_mutex_lock(&e->lock);
+    e->shared_history = on;
     pthread_mutex_unlock(&e->lock);
 }
 

@@ -84,12 +84,12 @@ static invar_sampling params(float t, int32_t k, float p, float minp, uint64_t s
 }
 
 static int32_t g_work_idx[V + 64];
-static float g_work_p[V + 64];
+static float g_work_p[2 * V + 64];
 
 static invar_token_info choose(const float *x, int64_t n, const invar_sampling *s, int64_t pos) {
     invar_token_info info;
     memset(&info, 0, sizeof info);
-    sampler_choose(x, n, s, pos, &info, g_work_idx, g_work_p);
+    sampler_choose(x, n, s, pos, NULL, &info, g_work_idx, g_work_p);
     return info;
 }
 
