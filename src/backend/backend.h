@@ -57,6 +57,10 @@ typedef struct {
     /* out[i] = logprob of tokens[i] in row first + i (the expression sample() reports). A
      * step's sampling rows come first and its prompt-logprob rows after them. */
     int (*token_logprobs)(backend *b, int64_t first, int64_t n, const int32_t *tokens, float *out);
+    /* Right after token_logprobs(first, n): for each of those rows with n_top[i] > 0, its
+     * n_top[i] best alternatives into out[i] (top_ids, top_logprobs against the same lse;
+     * n_top set), as sample() reports a token's. */
+    int (*top_logprobs)(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out);
     /* The raw logits rows [n][n_vocab], float32, to host memory. */
     int (*read_logits)(backend *b, int64_t n, float *out);
 } backend_ops;

@@ -109,6 +109,18 @@ static int cpu_token_logprobs(backend *b, int64_t first, int64_t n, const int32_
     return 0;
 }
 
+static int cpu_top_logprobs(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
+    const int64_t V = b->m->cfg.n_vocab;
+    for (int64_t i = 0; i < n; i++) {
+        if (n_top[i] <= 0) continue;
+        const float *row = cpu(b)->logits + (first + i) * V;
+        out[i].n_top = n_top[i];
+        sampler_top(row, V, n_top[i], row_logsumexp(row, V), out[i].top_ids, out[i].top_logprobs);
+    }
+    return 0;
+}
+
 static int cpu_read_logits(backend *b, int64_t n, float *out) {
     if (!backend_rows_ok(b, n)) return -1;
     memcpy(out, cpu(b)->logits, sizeof(float) * (size_t)n * (size_t)b->m->cfg.n_vocab);
@@ -116,7 +128,8 @@ static int cpu_read_logits(backend *b, int64_t n, float *out) {
 }
 
 static const backend_ops cpu_ops = {"cpu",       cpu_destroy, cpu_kv_bytes_per_block, cpu_kv_create, cpu_kv_destroy,
-                                    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_read_logits};
+                                    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_top_logprobs,
+                                    cpu_read_logits};
 
 int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen) {
     *out = NULL;

@@ -450,6 +450,21 @@ static int cuda_token_logprobs(backend *b, int64_t first, int64_t n, const int32
     return 0;
 }
 
+/* The rows come to the host one by one (echo with logprobs only) and are ranked there,
+ * against the lse token_logprobs just computed on the device. */
+static int cuda_top_logprobs(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
+    cuda_backend *c = cu(b);
+    const float *lse = (const float *)c->h.stats + b->opts.max_logits;
+    for (int64_t i = 0; i < n; i++) {
+        if (n_top[i] <= 0) continue;
+        if (read_row(c, first + i, c->h.row)) return -1;
+        out[i].n_top = n_top[i];
+        sampler_top(c->h.row, b->m->cfg.n_vocab, n_top[i], lse[i], out[i].top_ids, out[i].top_logprobs);
+    }
+    return 0;
+}
+
 static int cuda_read_logits(backend *b, int64_t n, float *out) {
     if (!backend_rows_ok(b, n)) return -1;
     for (int64_t i = 0; i < n; i++)
@@ -459,7 +474,7 @@ static int cuda_read_logits(backend *b, int64_t n, float *out) {
 
 static const backend_ops cuda_ops = {"cuda",       cuda_destroy, cuda_kv_bytes_per_block, cuda_kv_create,
                                      cuda_kv_destroy, cuda_forward, cuda_sample, cuda_token_logprobs,
-                                     cuda_read_logits};
+                                     cuda_top_logprobs, cuda_read_logits};
 
 /* Shapes the kernels take: GEMM dimensions multiples of 8, the embedding gather's rows of a
  * multiple of 32, head_dim 64 or 128. */

@@ -51,6 +51,7 @@ typedef struct {
     int32_t spec_wait;          /* decode steps to run without drafts before trying again */
     draft_seq dseq;             /* its state in the draft model (INVAR_SPEC_DRAFT) */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
+    invar_token_info *plp_top;  /* with top_logprobs: their alternatives, likewise */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
     int64_t n_cached_prompt;    /* prefix-cache hits of its first start; -1 until then */
@@ -93,6 +94,8 @@ struct invar_engine {
     int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
     request **b_plp_req;        /* valid until the step's callbacks run */
     float *b_plp_out;
+    int32_t *b_plp_ntop;        /* alternatives each prompt-logprob row reports (0: none) */
+    invar_token_info *b_plp_top;
     invar_token_cb cb;
     void *cb_user;
     int64_t n_active;           /* queued or running */
@@ -188,8 +191,11 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->b_plp_pos = malloc(sizeof(int32_t) * L);
     e->b_plp_req = malloc(sizeof(request *) * L);
     e->b_plp_out = malloc(sizeof(float) * L);
+    e->b_plp_ntop = malloc(sizeof(int32_t) * L);
+    e->b_plp_top = malloc(sizeof(invar_token_info) * L);
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
-        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
+        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out ||
+        !e->b_plp_ntop || !e->b_plp_top)
         FAIL("out of memory");
     const int32_t V = m->cfg.n_vocab;
     for (int32_t t = 0; t < V; t++) e->n_eog += tokenizer_is_eog(m->tok, t);
@@ -209,6 +215,7 @@ static void request_free(request *r) {
     free(r->dseq.blocks);
     free(r->hashes);
     free(r->plp);
+    free(r->plp_top);
     free(r->out);
     free(r);
 }
@@ -289,6 +296,8 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_plp_pos);
     free(e->b_plp_req);
     free(e->b_plp_out);
+    free(e->b_plp_ntop);
+    free(e->b_plp_top);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -384,8 +393,9 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
     r->plp_want = s->prompt_logprobs ? n_prompt - 1 : 0;
     r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
+    if (r->plp_want && s->top_logprobs > 0) r->plp_top = malloc(sizeof(invar_token_info) * (size_t)r->plp_want);
     if (s->speculate == INVAR_SPEC_DRAFT) r->dseq.blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
-    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp) ||
+    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && (!r->plp || (s->top_logprobs > 0 && !r->plp_top))) ||
         (s->speculate == INVAR_SPEC_DRAFT && !r->dseq.blocks))
         return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
@@ -685,12 +695,28 @@ static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
     return T;
 }
 
+/* The alternatives of the prompt-logprob rows whose requests asked for them. */
+static int plp_tops(invar_engine *e, int64_t first, int64_t n_plp) {
+    bool any = false;
+    for (int64_t j = 0; j < n_plp; j++) {
+        e->b_plp_ntop[j] = e->b_plp_req[j]->plp_top ? e->b_plp_req[j]->samp.top_logprobs : 0;
+        any |= e->b_plp_ntop[j] > 0;
+    }
+    return any ? e->be->ops->top_logprobs(e->be, first, n_plp, e->b_plp_ntop, e->b_plp_top) : 0;
+}
+
 /* Hands each prompt-logprob row to its request. Rows come in position order and continue
  * from n_plp (recomputed positions before it ask for none), so none is lost or repeated. */
 static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
     for (int64_t j = 0; j < n_plp; j++) {
         request *r = e->b_plp_req[j];
         r->plp[e->b_plp_pos[j]] = e->b_plp_out[j];
+        if (r->plp_top) {
+            invar_token_info *t = &r->plp_top[e->b_plp_pos[j]];
+            *t = e->b_plp_top[j];
+            t->token = e->b_plp_tok[j];
+            t->logprob = e->b_plp_out[j];
+        }
         r->n_plp = e->b_plp_pos[j] + 1;
     }
 }
@@ -783,6 +809,7 @@ static int step_locked(invar_engine *e) {
     fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
     if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
         (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out)) ||
+        (n_plp && plp_tops(e, n_sample, n_plp)) ||
         read_rejection_rows(e, n_sample)) {
         snprintf(e->error, sizeof e->error, "%s", e->be->error);
         return -1;
@@ -815,7 +842,7 @@ int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
                               r->n_prompt,
                               r->n_plp,
                               r->plp,
-                              NULL,
+                              r->plp_top,
                               r->n_cached_prompt > 0 ? r->n_cached_prompt : 0};
         rc = 0;
     }

@@ -46,13 +46,15 @@ typedef enum {
     REQ_ERR_VALUE,    /* the right type, a value out of range or not allowed here */
     REQ_ERR_MISSING,  /* a required field is absent */
     REQ_ERR_TEMPLATE, /* the chat template cannot render these messages (e.g. a bad role) */
+    REQ_ERR_UNSUPPORTED, /* a field this decoder does not implement (docs/server.md) */
     REQ_ERR_NOMEM
 } req_error_kind;
 
 typedef struct {
     req_error_kind kind;
-    const char *param;  /* the field at fault (a static string); NULL: the request itself */
+    const char *param;  /* the field at fault (a static string, or field_buf); NULL: the request */
     char message[256];
+    char field_buf[72]; /* an unknown field's name, cut to fit */
 } req_error;
 
 typedef struct {
@@ -74,6 +76,9 @@ typedef struct {
 
 /* Decodes o. 0, or -1 with e filled and nothing left to free. */
 int req_decode(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *out, req_error *e);
+/* The same with REQ_COMPLETION's prompt count limited to max_prompts (req_decode: 64). */
+int req_decode_limit(const invar_model *m, const cJSON *o, req_kind kind, int max_prompts, req_decoded *out,
+                     req_error *e);
 void req_decoded_free(req_decoded *d);
 /* The caller's speculation (a command line's) for the fields the request did not give. */
 void req_default_speculation(req_decoded *d, invar_spec_mode mode, int32_t spec_tokens);
