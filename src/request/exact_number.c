@@ -2,6 +2,7 @@
  * integers exactly only up to 2^53; a seed is an unsigned 64-bit integer, so
  * req_parse_json swaps the parsed value of such a field for its raw text (a cJSON_Raw
  * item) and the decoder reads the digits itself. */
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -85,7 +86,8 @@ int req_get_u64(const cJSON *o, const char *key, uint64_t *out, req_error *e) {
             return 0;
         }
         /* 1.0, 1e3: a fraction or an exponent; a seed is written as digits */
-        return req_fail(e, REQ_ERR_TYPE, key, "'%s' must be written as a plain integer (digits only)", key);
+        if (v->valuedouble != floor(v->valuedouble)) return req_fail(e, REQ_ERR_TYPE, key, U64_RANGE, key);
+        return req_fail(e, REQ_ERR_VALUE, key, "'%s' must be written as a plain integer (digits only)", key);
     }
     if (!cJSON_IsNumber(v)) return req_fail(e, REQ_ERR_TYPE, key, U64_RANGE, key);
     /* A number req_parse_json did not see (a tree built in memory): exact up to 2^53. */

@@ -15,9 +15,11 @@ static const char *const COMMON[] = {
  * stream...; batch: id). `user` is an end-user tag for the operator's logs: it changes
  * nothing in the output. */
 static const char *const COMPLETION[] = {
-    "prompt", "parse_special", "model", "n", "best_of", "stream", "stream_options", "echo", "stop", "user", NULL};
+    "prompt", "parse_special", "model", "n", "best_of", "stream", "stream_options", "echo", "stop", "user",
+    "messages" /* refused by the decoder with a clearer message */, NULL};
 static const char *const CHAT[] = {
     "messages", "max_completion_tokens", "top_logprobs", "model", "n", "stream", "stream_options", "stop", "user",
+    "prompt", "parse_special" /* likewise */,
     NULL};
 static const char *const BATCH[] = {"prompt", "messages", "parse_special", "max_completion_tokens", "id", NULL};
 
