@@ -87,8 +87,8 @@ int req_get_u64(const cJSON *o, const char *key, uint64_t *out, req_error *e) {
             return 0;
         }
         /* 1.0, 1e3: a fraction or an exponent; a seed is written as digits */
-        const double x = strtod(s, NULL); /* a raw item holds no parsed value */
-        if (x != floor(x)) return req_fail(e, REQ_ERR_TYPE, key, U64_RANGE, key);
+        const double f = strtod(s, NULL); /* a raw item holds no parsed value */
+        if (f != floor(f)) return req_fail(e, REQ_ERR_TYPE, key, U64_RANGE, key);
         return req_fail(e, REQ_ERR_VALUE, key, "'%s' must be written as a plain integer (digits only)", key);
     }
     if (!cJSON_IsNumber(v)) return req_fail(e, REQ_ERR_TYPE, key, U64_RANGE, key);
