@@ -3,13 +3,18 @@
  * OpenAI server (and any C caller that takes JSON requests), so the two cannot disagree on a
  * field; what is particular to HTTP (model, n, stream, stop, echo) stays in src/server/.
  *
- * Fields (null is the same as absent; other fields are ignored):
+ * Fields (null is the same as absent; a field not listed here nor read by the caller for
+ * that kind (fields.c) is REQ_ERR_UNSUPPORTED, naming it):
  *   max_tokens      integer in [1, 2^24]; with messages max_completion_tokens too (it wins)
  *   temperature     number in [0, 100] (0: greedy)
  *   top_p           number in (0, 1];   min_p  number in [0, 1]
  *   top_k           integer in [-1, 2^30] (-1 and 0: off)
- *   seed            integer in [0, 2^53] (exact in a JSON double)
+ *   seed            integer in [0, 2^64 - 1], read from its digits (req_parse_json keeps them)
  *   ignore_eos      boolean
+ *   presence_penalty, frequency_penalty  numbers in [-2, 2]; repetition_penalty in (0, 10]
+ *   min_tokens      integer in [0, max_tokens] (an absent max_tokens grows to it)
+ *   stop_token_ids  up to INVAR_MAX_STOP_TOKEN_IDS token ids
+ *   logit_bias      {"token id": number in [-100, 100]}, up to INVAR_MAX_LOGIT_BIAS entries
  *   speculate       "off", "ngram" or "draft": speculative decoding (docs/speculation.md; the
  *                   output is the same either way); absent: the caller's default
  *   spec_tokens     integer in [1, 16]: drafted tokens per step; absent: the caller's default
