@@ -184,16 +184,43 @@ static char *print_free(cJSON *o) {
     return s;
 }
 
+/* A candidate's mean logprob per kept token (0 for none), summed in token order. */
+static double mean_logprob(const text_tracker *tt) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < tt->n_kept; k++) sum += tt->toks[k].logprob;
+    return tt->n_kept ? sum / (double)tt->n_kept : 0.0;
+}
+
+/* best_of: the n_out candidates of prompt p with the highest mean logprob, best first (ties:
+ * the lower candidate), into pick[0, n_out) as choice indices. */
+static void pick_best(const api_request *r, const text_tracker *tt, int p, int *pick) {
+    int n = 0;
+    for (int c = p * r->n; c < (p + 1) * r->n; c++) {
+        const double m = mean_logprob(&tt[c]);
+        int at = n < r->n_out ? n++ : r->n_out;
+        while (at > 0 && m > mean_logprob(&tt[pick[at - 1]])) {
+            if (at < r->n_out) pick[at] = pick[at - 1];
+            at--;
+        }
+        if (at < r->n_out) pick[at] = c;
+    }
+}
+
 char *api_response_json(srv_state *s, const api_request *r, const text_tracker *tt, const invar_finish *finish) {
     cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
-    for (int i = 0; i < r->call->n_choices; i++) {
-        const srv_choice *ch = &r->call->choices[i];
-        if (i % r->n == 0) prompt_tokens += ch->n_prompt, cached += ch->n_cached;
+    for (int i = 0; i < r->call->n_choices; i++) { /* every candidate's tokens count */
+        if (i % r->n == 0) prompt_tokens += r->call->choices[i].n_prompt, cached += r->call->choices[i].n_cached;
         completion_tokens += tt[i].n_kept;
+    }
+    int pick[SRV_MAX_N];
+    for (int out = 0; out < r->n_prompts * r->n_out; out++) {
+        const int k = out % r->n_out;
+        if (k == 0) pick_best(r, tt, out / r->n_out, pick);
+        const int i = r->n == r->n_out ? out : pick[k];
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", i);
+        cJSON_AddNumberToObject(c, "index", out);
         char *text = tt_text(&tt[i], 0, tt[i].len);
         size_t base = 0;
         if (r->chat) {

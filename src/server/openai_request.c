@@ -109,23 +109,22 @@ static int parse_api_fields(srv_state *s, const cJSON *o, bool chat, api_request
             api_error_set(e, 400, "invalid_request_error", "n", "invalid_value", "'n' must be in [1, %d]", SRV_MAX_N);
             return -1;
         }
-        r->n = (int)n->valuedouble;
+        r->n = r->n_out = (int)n->valuedouble;
     }
-    /* best_of: candidates per prompt, of which the n best would be returned. Picking by
-     * likelihood is not implemented: best_of equal to n (the n candidates are the choices)
-     * is accepted, more is refused rather than quietly treated as n. */
+    /* best_of: candidates per prompt (candidate i samples with seed + i), of which the n
+     * with the highest mean logprob are returned (api_response_json); not with stream. */
     const cJSON *bo = field(o, "best_of");
     if (bo) {
         if (!cJSON_IsNumber(bo) || bo->valuedouble != floor(bo->valuedouble)) return BAD_TYPE(e, "best_of", "an integer");
-        if (bo->valuedouble < r->n || bo->valuedouble > SRV_MAX_N) {
+        if (bo->valuedouble < r->n_out || bo->valuedouble > SRV_MAX_N) {
             api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value",
                           "'best_of' must be in [n, %d]", SRV_MAX_N);
             return -1;
         }
-        if (bo->valuedouble > r->n) {
-            api_error_set(e, 400, "invalid_request_error", "best_of", "unsupported_value",
-                          "'best_of' greater than 'n' is not supported (ranking candidates by likelihood is not "
-                          "implemented); give best_of equal to n or leave it out");
+        r->n = (int)bo->valuedouble;
+        if (r->stream && r->n > r->n_out) {
+            api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value",
+                          "'best_of' greater than 'n' cannot be streamed");
             return -1;
         }
     }
@@ -189,7 +188,7 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->chat = chat;
-    r->n = 1;
+    r->n = r->n_out = 1;
     r->created = (long long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)atomic_fetch_add(&next_id, 1));
     bool trailing;

@@ -100,10 +100,23 @@ def test_penalties_change_repetitive_text(client):
 def test_best_of_and_unsupported_fields(client):
     r = client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, n=2, best_of=2)
     assert len(r.choices) == 2
-    bad_request(lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, n=1, best_of=3),
-                "best_of")
+    # best_of 4, n 2: the two candidates (seeds s..s+3) with the highest mean logprob, best first
+    kw = dict(model=MODEL_NAME, prompt=["Once upon a time", "The sea"], max_tokens=6, temperature=1.5, seed=7,
+              logprobs=0)
+    every = client.completions.create(n=4, **kw)
+    best = client.completions.create(n=2, best_of=4, **kw)
+    assert best.usage.completion_tokens == every.usage.completion_tokens  # every candidate ran
+    for p in range(2):
+        cands = every.choices[4 * p:4 * p + 4]
+        mean = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in cands]
+        order = sorted(range(4), key=lambda i: (-mean[i], i))[:2]
+        got = best.choices[2 * p:2 * p + 2]
+        assert [c.index for c in got] == [2 * p, 2 * p + 1]
+        assert [c.text for c in got] == [cands[i].text for i in order]
     bad_request(lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, n=2, best_of=1),
                 "best_of")
+    bad_request(lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2, best_of=2,
+                                                  stream=True), "best_of")
     e = bad_request(lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", suffix="!"), "suffix")
     assert "not supported" in str(e)
     e = bad_request(lambda: client.completions.create(model=MODEL_NAME, prompt="Hi",
