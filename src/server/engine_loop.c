@@ -201,7 +201,7 @@ static void *engine_main(void *arg) {
             bool done = false;
             if (invar_engine_result(s->engine, ch->engine_id, &r) == 0) {
                 choice_append_plp(ch, &r);
-                ch->n_cached = r.n_cached_prompt;
+                if (ch->n_cached != r.n_cached_prompt) ch->n_cached = r.n_cached_prompt; /* set once, at start */
                 if (r.n_tokens > ch->n_toks) choice_append(ch, r.tokens + ch->n_toks, r.n_tokens - ch->n_toks);
                 if (ch->finish == INVAR_FINISH_NONE) ch->finish = r.finish;
                 if (r.finish == INVAR_FINISH_ERROR) snprintf(ch->error, sizeof ch->error, "%s", r.error ? r.error : "error");
