@@ -62,6 +62,14 @@ static int chat_prompt(const invar_model *m, const cJSON *msgs, req_decoded *d, 
     const cJSON *it;
     cJSON_ArrayForEach(it, msgs) {
         if (rc) break;
+        const cJSON *key;
+        cJSON_ArrayForEach(key, it) { /* a key the template would not read is refused, not dropped */
+            if (key->string && (!strcmp(key->string, "role") || !strcmp(key->string, "content"))) continue;
+            rc = req_fail(e, REQ_ERR_UNSUPPORTED, "messages", "messages[%d]: unsupported field '%.64s' (a message has "
+                          "role and content only)", i, key->string ? key->string : "");
+            break;
+        }
+        if (rc) break;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
         if (!cJSON_IsString(role)) {
             rc = req_fail(e, REQ_ERR_TYPE, "messages", "messages[%d].role must be a string", i);

@@ -313,6 +313,8 @@ static void test_unknown_fields(void **state) {
     expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}", CHAT_KINDS,
                  REQ_ERR_UNSUPPORTED, "tools", NULL);
     expect_error("{\"prompt\": \"x\", \"echo\": true}", 1u, REQ_ERR_UNSUPPORTED, "echo", NULL); /* batch */
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"bob\"}]}", CHAT_KINDS,
+                 REQ_ERR_UNSUPPORTED, "messages", "'name'");
     req_decoded d;
     expect_ok("{\"prompt\": \"x\", \"id\": 7}", REQ_BATCH, &d);
     req_decoded_free(&d);
