@@ -127,9 +127,9 @@ static int cpu_read_logits(backend *b, int64_t n, float *out) {
     return 0;
 }
 
-static const backend_ops cpu_ops = {"cpu",       cpu_destroy, cpu_kv_bytes_per_block, cpu_kv_create, cpu_kv_destroy,
-                                    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_top_logprobs,
-                                    cpu_read_logits};
+static const backend_ops cpu_ops = {
+    "cpu",       cpu_destroy, cpu_kv_bytes_per_block, cpu_kv_create,    cpu_kv_destroy,
+    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_top_logprobs, cpu_read_logits};
 
 int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen) {
     *out = NULL;

@@ -472,9 +472,9 @@ static int cuda_read_logits(backend *b, int64_t n, float *out) {
     return 0;
 }
 
-static const backend_ops cuda_ops = {"cuda",       cuda_destroy, cuda_kv_bytes_per_block, cuda_kv_create,
-                                     cuda_kv_destroy, cuda_forward, cuda_sample, cuda_token_logprobs,
-                                     cuda_top_logprobs, cuda_read_logits};
+static const backend_ops cuda_ops = {
+    "cuda",       cuda_destroy, cuda_kv_bytes_per_block, cuda_kv_create,    cuda_kv_destroy,
+    cuda_forward, cuda_sample,  cuda_token_logprobs,     cuda_top_logprobs, cuda_read_logits};
 
 /* Shapes the kernels take: GEMM dimensions multiples of 8, the embedding gather's rows of a
  * multiple of 32, head_dim 64 or 128. */

@@ -31,9 +31,7 @@ static const char *HELP =
     "                         SmolLM2-135M-Instruct)\n"
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
-    "  --timing               add per-request timing (first token, done) to each result\n"
-    CLI_SPEC_HELP
-    CLI_ENGINE_HELP
+    "  --timing               add per-request timing (first token, done) to each result\n" CLI_SPEC_HELP CLI_ENGINE_HELP
     "\n"
     "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
 

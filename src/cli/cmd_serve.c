@@ -35,9 +35,8 @@ static const char *HELP =
     "  --max-open-connections N    open connections in all (default 4 x --max-connections-per-ip)\n"
     "  --idle-timeout-s N     close a connection silent for N s (default 30)\n"
     "  --request-timeout-s N  close a connection whose request is not all in after N s (default 15)\n"
-    "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
-    CLI_SPEC_HELP
-    CLI_ENGINE_HELP;
+    "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n" CLI_SPEC_HELP
+        CLI_ENGINE_HELP;
 
 /* The last path component, *len bytes (a directory's "DIR/" names DIR). */
 static const char *basename_of(const char *p, size_t *len) {

@@ -94,7 +94,7 @@ struct invar_engine {
     int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
     request **b_plp_req;        /* valid until the step's callbacks run */
     float *b_plp_out;
-    int32_t *b_plp_ntop;        /* alternatives each prompt-logprob row reports (0: none) */
+    int32_t *b_plp_ntop; /* alternatives each prompt-logprob row reports (0: none) */
     invar_token_info *b_plp_top;
     invar_token_cb cb;
     void *cb_user;
@@ -194,8 +194,8 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->b_plp_ntop = malloc(sizeof(int32_t) * L);
     e->b_plp_top = malloc(sizeof(invar_token_info) * L);
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
-        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out ||
-        !e->b_plp_ntop || !e->b_plp_top)
+        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req ||
+        !e->b_plp_out || !e->b_plp_ntop || !e->b_plp_top)
         FAIL("out of memory");
     const int32_t V = m->cfg.n_vocab;
     for (int32_t t = 0; t < V; t++) e->n_eog += tokenizer_is_eog(m->tok, t);
@@ -395,7 +395,8 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
     if (r->plp_want && s->top_logprobs > 0) r->plp_top = malloc(sizeof(invar_token_info) * (size_t)r->plp_want);
     if (s->speculate == INVAR_SPEC_DRAFT) r->dseq.blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
-    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && (!r->plp || (s->top_logprobs > 0 && !r->plp_top))) ||
+    if (!r->seq || !r->out || !r->blocks || !r->hashes ||
+        (r->plp_want && (!r->plp || (s->top_logprobs > 0 && !r->plp_top))) ||
         (s->speculate == INVAR_SPEC_DRAFT && !r->dseq.blocks))
         return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
@@ -809,8 +810,7 @@ static int step_locked(invar_engine *e) {
     fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
     if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
         (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out)) ||
-        (n_plp && plp_tops(e, n_sample, n_plp)) ||
-        read_rejection_rows(e, n_sample)) {
+        (n_plp && plp_tops(e, n_sample, n_plp)) || read_rejection_rows(e, n_sample)) {
         snprintf(e->error, sizeof e->error, "%s", e->be->error);
         return -1;
     }

@@ -28,8 +28,7 @@ static int bad_type(req_error *e, const char *key, const char *what) {
 }
 
 /* An integer in [lo, hi]; *given tells whether the field was there. */
-int req_get_int(const cJSON *o, const char *key, double lo, double hi, int64_t *out, bool *given,
-                   req_error *e) {
+int req_get_int(const cJSON *o, const char *key, double lo, double hi, int64_t *out, bool *given, req_error *e) {
     const cJSON *v = req_field(o, key);
     if (given) *given = v != NULL;
     if (!v) return 0;
@@ -133,7 +132,8 @@ int req_decode_limit(const invar_model *m, const cJSON *o, req_kind kind, int ma
     memset(e, 0, sizeof *e);
     invar_sampling_default(&out->samp);
     if (!cJSON_IsObject(o)) return req_fail(e, REQ_ERR_TYPE, NULL, "the request must be a JSON object");
-    if (req_check_fields(o, kind, e) || decode_sampling(m, o, kind, out, e) || req_decode_prompts(m, o, kind, max_prompts, out, e)) {
+    if (req_check_fields(o, kind, e) || decode_sampling(m, o, kind, out, e) ||
+        req_decode_prompts(m, o, kind, max_prompts, out, e)) {
         req_decoded_free(out);
         return -1;
     }

@@ -64,7 +64,8 @@ static void keep_raw(cJSON *o, const char *key, const char *t, size_t len) {
 void req_keep_exact_numbers(cJSON *o, const char *text, size_t len) {
     if (!cJSON_IsObject(o)) return;
     for (size_t i = 0; i < sizeof EXACT_FIELDS / sizeof *EXACT_FIELDS; i++)
-        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, EXACT_FIELDS[i]))) keep_raw(o, EXACT_FIELDS[i], text, len);
+        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, EXACT_FIELDS[i])))
+            keep_raw(o, EXACT_FIELDS[i], text, len);
 }
 
 #define U64_RANGE "'%s' must be an integer in [0, 18446744073709551615]"

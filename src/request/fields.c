@@ -7,20 +7,50 @@
 #include "request/request_internal.h"
 
 /* Read by the decoder for every kind. */
-static const char *const COMMON[] = {
-    "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "ignore_eos", "logprobs",
-    "speculate", "spec_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "logit_bias", "min_tokens", "stop_token_ids", NULL};
+static const char *const COMMON[] = {"max_tokens",
+                                     "temperature",
+                                     "top_p",
+                                     "top_k",
+                                     "min_p",
+                                     "seed",
+                                     "ignore_eos",
+                                     "logprobs",
+                                     "speculate",
+                                     "spec_tokens",
+                                     "presence_penalty",
+                                     "frequency_penalty",
+                                     "repetition_penalty",
+                                     "logit_bias",
+                                     "min_tokens",
+                                     "stop_token_ids",
+                                     NULL};
 /* Kind by kind: the decoder's own fields and those the caller reads (server: model, n,
  * stream...; batch: id). `user` is an end-user tag for the operator's logs: it changes
  * nothing in the output. */
-static const char *const COMPLETION[] = {
-    "prompt", "parse_special", "model", "n", "best_of", "stream", "stream_options", "echo", "stop", "user",
-    "messages" /* refused by the decoder with a clearer message */, NULL};
-static const char *const CHAT[] = {
-    "messages", "max_completion_tokens", "top_logprobs", "model", "n", "stream", "stream_options", "stop", "user",
-    "prompt", "parse_special" /* likewise */,
-    NULL};
+static const char *const COMPLETION[] = {"prompt",
+                                         "parse_special",
+                                         "model",
+                                         "n",
+                                         "best_of",
+                                         "stream",
+                                         "stream_options",
+                                         "echo",
+                                         "stop",
+                                         "user",
+                                         "messages" /* refused by the decoder with a clearer message */,
+                                         NULL};
+static const char *const CHAT[] = {"messages",
+                                   "max_completion_tokens",
+                                   "top_logprobs",
+                                   "model",
+                                   "n",
+                                   "stream",
+                                   "stream_options",
+                                   "stop",
+                                   "user",
+                                   "prompt",
+                                   "parse_special" /* likewise */,
+                                   NULL};
 static const char *const BATCH[] = {"prompt", "messages", "parse_special", "max_completion_tokens", "id", NULL};
 
 /* Known OpenAI fields this server does not implement, with the reason given back. */

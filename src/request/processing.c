@@ -17,15 +17,17 @@ static int get_logit_bias(const invar_model *m, const cJSON *o, invar_sampling *
     const cJSON *it;
     cJSON_ArrayForEach(it, v) {
         if (s->n_logit_bias == INVAR_MAX_LOGIT_BIAS)
-            return req_fail(e, REQ_ERR_VALUE, "logit_bias", "'logit_bias' has more than %d entries", INVAR_MAX_LOGIT_BIAS);
+            return req_fail(e, REQ_ERR_VALUE, "logit_bias", "'logit_bias' has more than %d entries",
+                            INVAR_MAX_LOGIT_BIAS);
         const char *k = it->string;
         char *end = NULL;
         errno = 0;
         long id = k && k[0] >= '0' && k[0] <= '9' ? strtol(k, &end, 10) : -1;
         if (id < 0 || errno || *end || id >= V)
-            return req_fail(e, REQ_ERR_VALUE, "logit_bias",
-                            "'logit_bias' keys must be token ids in [0, %d), written as decimal integers; got \"%.40s\"",
-                            V, k ? k : "");
+            return req_fail(
+                e, REQ_ERR_VALUE, "logit_bias",
+                "'logit_bias' keys must be token ids in [0, %d), written as decimal integers; got \"%.40s\"", V,
+                k ? k : "");
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
             return req_fail(e, REQ_ERR_TYPE, "logit_bias", "'logit_bias' values must be numbers");
         if (it->valuedouble < -100 || it->valuedouble > 100)
@@ -39,7 +41,8 @@ static int get_logit_bias(const invar_model *m, const cJSON *o, invar_sampling *
 static int get_stop_ids(const invar_model *m, const cJSON *o, invar_sampling *s, req_error *e) {
     const cJSON *v = req_field(o, "stop_token_ids");
     if (!v) return 0;
-    if (!cJSON_IsArray(v)) return req_fail(e, REQ_ERR_TYPE, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    if (!cJSON_IsArray(v))
+        return req_fail(e, REQ_ERR_TYPE, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
     const int32_t V = invar_model_n_vocab(m);
     const cJSON *it;
     cJSON_ArrayForEach(it, v) {

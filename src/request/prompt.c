@@ -65,8 +65,10 @@ static int chat_prompt(const invar_model *m, const cJSON *msgs, req_decoded *d, 
         const cJSON *key;
         cJSON_ArrayForEach(key, it) { /* a key the template would not read is refused, not dropped */
             if (key->string && (!strcmp(key->string, "role") || !strcmp(key->string, "content"))) continue;
-            rc = req_fail(e, REQ_ERR_UNSUPPORTED, "messages", "messages[%d]: unsupported field '%.64s' (a message has "
-                          "role and content only)", i, key->string ? key->string : "");
+            rc = req_fail(e, REQ_ERR_UNSUPPORTED, "messages",
+                          "messages[%d]: unsupported field '%.64s' (a message has "
+                          "role and content only)",
+                          i, key->string ? key->string : "");
             break;
         }
         if (rc) break;
@@ -168,7 +170,8 @@ int req_decode_prompts(const invar_model *m, const cJSON *o, req_kind kind, int 
                         "'parse_special' must be a boolean, and goes with 'prompt' only (chat contents never parse "
                         "special tokens)");
     /* A raw prompt is the caller's own text: special tokens are parsed unless asked not to. */
-    int rc = msgs ? chat_prompt(m, msgs, out, e) : raw_prompts(m, prompt, kind, !cJSON_IsFalse(special), max_prompts, out, e);
+    int rc = msgs ? chat_prompt(m, msgs, out, e)
+                  : raw_prompts(m, prompt, kind, !cJSON_IsFalse(special), max_prompts, out, e);
     if (rc) return -1;
     for (int i = 0; i < out->n_prompts; i++)
         if (out->prompts[i].n_ids <= 0)

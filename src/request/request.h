@@ -47,17 +47,17 @@ typedef enum {
 } req_kind;
 
 typedef enum {
-    REQ_ERR_TYPE = 1, /* a field of the wrong JSON type */
-    REQ_ERR_VALUE,    /* the right type, a value out of range or not allowed here */
-    REQ_ERR_MISSING,  /* a required field is absent */
-    REQ_ERR_TEMPLATE, /* the chat template cannot render these messages (e.g. a bad role) */
+    REQ_ERR_TYPE = 1,    /* a field of the wrong JSON type */
+    REQ_ERR_VALUE,       /* the right type, a value out of range or not allowed here */
+    REQ_ERR_MISSING,     /* a required field is absent */
+    REQ_ERR_TEMPLATE,    /* the chat template cannot render these messages (e.g. a bad role) */
     REQ_ERR_UNSUPPORTED, /* a field this decoder does not implement (docs/server.md) */
     REQ_ERR_NOMEM
 } req_error_kind;
 
 typedef struct {
     req_error_kind kind;
-    const char *param;  /* the field at fault (a static string, or field_buf); NULL: the request */
+    const char *param; /* the field at fault (a static string, or field_buf); NULL: the request */
     char message[256];
     char field_buf[72]; /* an unknown field's name, cut to fit */
 } req_error;

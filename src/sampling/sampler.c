@@ -20,12 +20,14 @@ const char *sampler_check(const invar_sampling *s) {
     if (s->spec_tokens < 0 || s->spec_tokens > INVAR_MAX_SPEC_TOKENS) return "spec_tokens must be in [0, 16]";
     if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f)) return "presence_penalty must be in [-2, 2]";
     if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f)) return "frequency_penalty must be in [-2, 2]";
-    if (!(s->repetition_penalty > 0.0f && s->repetition_penalty <= 10.0f)) return "repetition_penalty must be in (0, 10]";
+    if (!(s->repetition_penalty > 0.0f && s->repetition_penalty <= 10.0f))
+        return "repetition_penalty must be in (0, 10]";
     if (s->min_tokens < 0 || s->min_tokens > s->max_tokens) return "min_tokens must be in [0, max_tokens]";
     if (s->n_stop_token_ids < 0 || s->n_stop_token_ids > INVAR_MAX_STOP_TOKEN_IDS) return "too many stop_token_ids";
     if (s->n_logit_bias < 0 || s->n_logit_bias > INVAR_MAX_LOGIT_BIAS) return "too many logit_bias entries";
     for (int32_t i = 0; i < s->n_logit_bias; i++)
-        if (!(s->logit_bias[i].bias >= -100.0f && s->logit_bias[i].bias <= 100.0f)) return "logit_bias values must be in [-100, 100]";
+        if (!(s->logit_bias[i].bias >= -100.0f && s->logit_bias[i].bias <= 100.0f))
+            return "logit_bias values must be in [-100, 100]";
     return NULL;
 }
 
@@ -178,8 +180,7 @@ void sampler_top(const float *logits, int64_t n_vocab, int32_t n, float lse, int
 }
 
 void sampler_choose_lse(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
-                        const sampler_history *h, float lse, invar_token_info *info, int32_t *work_idx,
-                        float *work_p) {
+                        const sampler_history *h, float lse, invar_token_info *info, int32_t *work_idx, float *work_p) {
     /* The processed copy chooses the token; what is reported comes from the raw row. */
     const float *choose = logits;
     if (h && sampler_processes(s)) {

@@ -35,8 +35,7 @@ void sampler_choose(const float *logits, int64_t n_vocab, const invar_sampling *
  * GPU) passes its own, so every logprob it reports (sampled, greedy, scored) is
  * sampler_logprob(logit, that lse). */
 void sampler_choose_lse(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
-                        const sampler_history *h, float lse, invar_token_info *info, int32_t *work_idx,
-                        float *work_p);
+                        const sampler_history *h, float lse, invar_token_info *info, int32_t *work_idx, float *work_p);
 /* The n (<= INVAR_MAX_TOP_LOGPROBS) best ids of a row (larger logit first, then lower id)
  * with their logprobs against lse. */
 void sampler_top(const float *logits, int64_t n_vocab, int32_t n, float lse, int32_t *ids, float *logprobs);

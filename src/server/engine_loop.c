@@ -116,13 +116,15 @@ static void choice_append_plp(srv_choice *ch, const invar_result *r) {
         return;
     }
     const int64_t n_new = r->n_prompt_logprobs - ch->n_plp;
-    if (r->prompt_top && !ch->plp_top && !(ch->plp_top = malloc(sizeof(invar_token_info) * (size_t)(ch->n_prompt - 1)))) {
+    if (r->prompt_top && !ch->plp_top &&
+        !(ch->plp_top = malloc(sizeof(invar_token_info) * (size_t)(ch->n_prompt - 1)))) {
         ch->finish = INVAR_FINISH_ERROR;
         snprintf(ch->error, sizeof ch->error, "out of memory");
         return;
     }
     memcpy(ch->plp + ch->n_plp, r->prompt_logprobs + ch->n_plp, sizeof(float) * (size_t)n_new);
-    if (r->prompt_top) memcpy(ch->plp_top + ch->n_plp, r->prompt_top + ch->n_plp, sizeof(invar_token_info) * (size_t)n_new);
+    if (r->prompt_top)
+        memcpy(ch->plp_top + ch->n_plp, r->prompt_top + ch->n_plp, sizeof(invar_token_info) * (size_t)n_new);
     ch->n_plp = r->n_prompt_logprobs;
 }
 

@@ -307,7 +307,7 @@ static void stream_produce(stream_ctx *sc) {
     int n = c->n_choices;
     bool any = false;
     invar_finish *fin = sc->fin;
-    char (*errs)[160] = sc->errs;
+    char(*errs)[160] = sc->errs;
     pthread_mutex_lock(&s->mu);
     for (int attempt = 0; attempt < 2 && !any; attempt++) {
         for (int i = 0; i < n; i++) any |= consume(s, &c->choices[i], &sc->tt[i], &sc->done[i]);
@@ -397,7 +397,8 @@ static void stream_free(void *cls) {
     int n = sc->req.call->n_choices;
     srv_call_finish(sc->s, sc->req.call, !sc->failed && sc->finished, !sc->finished); /* may free the call */
     for (int i = 0; i < n; i++) tt_free(&sc->tt[i]);
-    free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent), free(sc->fin), free(sc->errs);
+    free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent), free(sc->fin),
+        free(sc->errs);
     free(sc->out);
     api_request_free(&sc->req);
     free(sc);
@@ -416,7 +417,9 @@ static enum MHD_Result complete_streaming(srv_state *s, struct MHD_Connection *c
         sc->errs = calloc((size_t)n, sizeof *sc->errs);
     }
     if (!sc || !sc->tt || !sc->done || !sc->reported_done || !sc->role_sent || !sc->tok_sent || !sc->fin || !sc->errs) {
-        if (sc) free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent), free(sc->fin), free(sc->errs);
+        if (sc)
+            free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent),
+                free(sc->fin), free(sc->errs);
         free(sc);
         srv_call_finish(s, r->call, false, false);
         api_request_free(r);

@@ -21,8 +21,8 @@ typedef struct {
 typedef struct {
     bool chat, stream, include_usage, logprobs, echo;
     int top_logprobs;
-    int n;                      /* candidates per prompt: best_of (n unless given) */
-    int n_out;                  /* choices per prompt returned: n (<= the n candidates) */
+    int n;     /* candidates per prompt: best_of (n unless given) */
+    int n_out; /* choices per prompt returned: n (<= the n candidates) */
     int n_prompts;
     char *stops[SRV_MAX_STOPS];
     int n_stops;

@@ -115,10 +115,11 @@ static int parse_api_fields(srv_state *s, const cJSON *o, bool chat, api_request
      * with the highest mean logprob are returned (api_response_json); not with stream. */
     const cJSON *bo = field(o, "best_of");
     if (bo) {
-        if (!cJSON_IsNumber(bo) || bo->valuedouble != floor(bo->valuedouble)) return BAD_TYPE(e, "best_of", "an integer");
+        if (!cJSON_IsNumber(bo) || bo->valuedouble != floor(bo->valuedouble))
+            return BAD_TYPE(e, "best_of", "an integer");
         if (bo->valuedouble < r->n_out || bo->valuedouble > SRV_MAX_N) {
-            api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value",
-                          "'best_of' must be in [n, %d]", SRV_MAX_N);
+            api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value", "'best_of' must be in [n, %d]",
+                          SRV_MAX_N);
             return -1;
         }
         r->n = (int)bo->valuedouble;
@@ -152,8 +153,8 @@ static int check_context(srv_state *s, const req_decoded *d, api_error *e) {
 static int build_call(srv_state *s, const req_decoded *d, api_request *r, api_error *e) {
     const int max_choices = s->max_prompts > SRV_MAX_N ? s->max_prompts : SRV_MAX_N;
     if (r->n * r->n_prompts > max_choices) {
-        api_error_set(e, 400, "invalid_request_error", "n", "invalid_value", "at most %d choices (n x prompts) per request",
-                      max_choices);
+        api_error_set(e, 400, "invalid_request_error", "n", "invalid_value",
+                      "at most %d choices (n x prompts) per request", max_choices);
         return -1;
     }
     r->call = srv_call_new(r->n * r->n_prompts);

@@ -12,8 +12,8 @@
 #include "invar.h"
 
 #define SRV_MAX_STOPS 4
-#define SRV_MAX_N 128               /* choices per prompt (n, best_of) */
-#define SRV_MAX_PROMPTS_LIMIT 4096  /* the most --max-prompts-per-request allows */
+#define SRV_MAX_N 128              /* choices per prompt (n, best_of) */
+#define SRV_MAX_PROMPTS_LIMIT 4096 /* the most --max-prompts-per-request allows */
 #define SRV_LATENCY_BUCKETS 12
 
 struct srv_call;

@@ -117,8 +117,8 @@ static int rnd(int n) {
 /* References: every (prompt, mode) alone. Then trials of random batches; returns the
  * number of requests whose output differed from their reference (of them, *greedy_bad at
  * temperature 0). */
-static int check_batches(variant v, int n_prompts, const int *sizes, int n_trials, int all_at_once,
-                         int *n_compared, int *greedy_bad, int *processed_bad) {
+static int check_batches(variant v, int n_prompts, const int *sizes, int n_trials, int all_at_once, int *n_compared,
+                         int *greedy_bad, int *processed_bad) {
     invar_engine_config alone_cfg;
     invar_engine_config_default(&alone_cfg);
     alone_cfg.n_threads = 1;
@@ -232,7 +232,8 @@ static void test_negative_control_shared_history(void **state) {
     (void)state;
     if (quick()) skip();
     int greedy_bad, processed_bad;
-    const int bad = control_mismatches(SHARED_HISTORY, "penalty history shared by the batch", &greedy_bad, &processed_bad);
+    const int bad = control_mismatches(SHARED_HISTORY, "penalty history shared by the batch", &greedy_bad,
+                                       &processed_bad);
     assert_true(processed_bad > 0);
     assert_int_equal(bad, processed_bad);
 }

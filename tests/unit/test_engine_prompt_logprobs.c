@@ -457,11 +457,10 @@ static void test_prompt_alternatives(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chunks_in_batches),   cmocka_unit_test(test_streamed_in_order),
-        cmocka_unit_test(test_warm_prefix_cache),   cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_preempted_mid_prefill),
-        cmocka_unit_test(test_cancel_mid_prefill),  cmocka_unit_test(test_negative_control),
-        cmocka_unit_test(test_prompt_alternatives),
+        cmocka_unit_test(test_chunks_in_batches),     cmocka_unit_test(test_streamed_in_order),
+        cmocka_unit_test(test_warm_prefix_cache),     cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preempted_mid_prefill), cmocka_unit_test(test_cancel_mid_prefill),
+        cmocka_unit_test(test_negative_control),      cmocka_unit_test(test_prompt_alternatives),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

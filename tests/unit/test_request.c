@@ -389,16 +389,19 @@ static void test_processing_fields(void **state) {
         {"{\"prompt\": \"x\", \"stop_token_ids\": [49152]}", REQ_ERR_VALUE, "stop_token_ids"},
         {"{\"prompt\": \"x\", \"stop_token_ids\": 3}", REQ_ERR_TYPE, "stop_token_ids"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_error(bad[i].json, PROMPT_KINDS, bad[i].kind, bad[i].param, NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(bad[i].json, PROMPT_KINDS, bad[i].kind, bad[i].param, NULL);
 }
 
 /* The developer role is the system role. */
 static void test_developer_role(void **state) {
     (void)state;
     req_decoded a, b;
-    expect_ok("{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]}",
+    expect_ok("{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+              "\"content\": \"Hi\"}]}",
               REQ_CHAT, &a);
-    expect_ok("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]}",
+    expect_ok("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+              "\"Hi\"}]}",
               REQ_CHAT, &b);
     assert_same_prompt(&a.prompts[0], &b.prompts[0]);
     req_decoded_free(&a);

@@ -609,10 +609,10 @@ static void test_logits_processing(void **state) {
     int32_t counts[8];
     for (int i = 0; i < 8; i++) counts[i] = 12345; /* not cleared by the caller */
     sampler_process(x, 8, &s, &h, out, counts);
-    assert_true(out[0] == 1.0f);                                /* prompt only: repetition */
-    assert_true(out[1] == -2.0f);                               /* negative: times p */
-    assert_true(out[2] == 0.25f - (1 * 0.5f + 0.25f));          /* output once */
-    assert_true(out[3] == 1.5f - (2 * 0.5f + 0.25f));           /* output twice */
+    assert_true(out[0] == 1.0f);                       /* prompt only: repetition */
+    assert_true(out[1] == -2.0f);                      /* negative: times p */
+    assert_true(out[2] == 0.25f - (1 * 0.5f + 0.25f)); /* output once */
+    assert_true(out[3] == 1.5f - (2 * 0.5f + 0.25f));  /* output twice */
     assert_true(out[4] == 1.0f + 10.0f - 1.0f);
     assert_true(out[5] == -2.0f);
     assert_true(out[6] == -INFINITY && out[7] == -INFINITY);
