@@ -17,6 +17,8 @@ extern "C" {
 #define INVAR_MAX_TOP_LOGPROBS 20
 #define INVAR_MAX_SPEC_TOKENS 16     /* drafted tokens one verification step may carry */
 #define INVAR_DEFAULT_SPEC_TOKENS 4
+#define INVAR_MAX_LOGIT_BIAS 256     /* logit_bias entries per request */
+#define INVAR_MAX_STOP_TOKEN_IDS 16  /* stop_token_ids per request */
 
 typedef struct invar_model invar_model;
 typedef struct invar_engine invar_engine;
@@ -79,6 +81,20 @@ typedef enum {
     INVAR_SPEC_DRAFT            /* the engine's draft model (invar_engine_config.draft_model) */
 } invar_spec_mode;
 
+/* One logit_bias entry: bias (in [-100, 100]) is added to the token's logit before sampling. */
+typedef struct {
+    int32_t token;
+    float bias;
+} invar_logit_bias;
+
+/* Logits processing, all per request (it reads only this request's own tokens, so it is as
+ * batch-invariant as the rest), applied to a copy of the row in this fixed order before
+ * temperature and truncation: repetition_penalty (each distinct token of prompt + output:
+ * logit / p if the logit is > 0, else logit * p), then frequency and presence penalties
+ * (each distinct output token seen c times: logit - (c * frequency + presence)), then
+ * logit_bias (in the order given), then min_tokens (end-of-generation and stop_token_ids
+ * tokens get -inf until min_tokens tokens exist). Reported logprobs stay those of the raw
+ * logits (invar_token_info.logprob). */
 typedef struct {
     int32_t max_tokens;     /* > 0 */
     float temperature;      /* 0 = greedy (argmax, lowest id on ties) */
@@ -88,6 +104,15 @@ typedef struct {
     uint64_t seed;          /* with temperature > 0: draws keyed by (seed, position) */
     int32_t top_logprobs;   /* alternatives reported per token, 0..INVAR_MAX_TOP_LOGPROBS */
     bool ignore_eos;        /* keep going past end-of-generation tokens */
+    float presence_penalty;     /* [-2, 2], 0 = off */
+    float frequency_penalty;    /* [-2, 2], 0 = off */
+    float repetition_penalty;   /* (0, 10], 1 = off */
+    int32_t min_tokens;         /* [0, max_tokens]: no end-of-generation or stop token before */
+    int32_t n_stop_token_ids;   /* 0..INVAR_MAX_STOP_TOKEN_IDS */
+    int32_t stop_token_ids[INVAR_MAX_STOP_TOKEN_IDS]; /* sampling one finishes the request
+                                   (INVAR_FINISH_STOP; the token is the last one reported) */
+    int32_t n_logit_bias;       /* 0..INVAR_MAX_LOGIT_BIAS */
+    invar_logit_bias logit_bias[INVAR_MAX_LOGIT_BIAS]; /* token ids in [0, n_vocab) */
     bool prompt_logprobs;   /* also report the logprob of every prompt token from position 1
                                (invar_result.prompt_logprobs), computed in the request's own
                                prefill: chunked, preemptible, cancellable, its KV inside the
@@ -182,6 +207,11 @@ typedef struct {
      * (n_prompt - 1 of them once the prompt is computed); valid until release. */
     int64_t n_prompt_logprobs;
     const float *prompt_logprobs;
+    /* With prompt_logprobs and top_logprobs > 0: prompt_top[i] holds the top_logprobs best
+       alternatives at prompt position i + 1 (token = that prompt token, logprob as above),
+       n_prompt_logprobs entries; else NULL. */
+    const invar_token_info *prompt_top;
+    int64_t n_cached_prompt;    /* prompt tokens the prefix cache supplied when it started */
 } invar_result;
 /* Counters for metrics and tests. */
 typedef struct {

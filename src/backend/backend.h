@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include "model/batch.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "invar.h"
 
 typedef struct {
@@ -29,11 +30,15 @@ typedef struct {
     bool cuda_graphs;       /* CUDA only: decode steps replay graphs captured with the KV cache */
 } backend_opts;
 
-/* One row of a sampling request: which request parameters, at which absolute position. */
+/* One row of a sampling request: which request parameters, at which absolute position,
+ * and (hist.seq != NULL) the request's tokens before it for the logits processing. */
 typedef struct {
     const invar_sampling *s;
     int64_t position;
+    sampler_history hist;
 } sample_row;
+
+static inline const sampler_history *sample_row_history(const sample_row *r) { return r->hist.seq ? &r->hist : NULL; }
 
 typedef struct backend backend;
 typedef struct backend_kv backend_kv; /* paged KV storage of a backend (opaque) */
@@ -52,6 +57,10 @@ typedef struct {
     /* out[i] = logprob of tokens[i] in row first + i (the expression sample() reports). A
      * step's sampling rows come first and its prompt-logprob rows after them. */
     int (*token_logprobs)(backend *b, int64_t first, int64_t n, const int32_t *tokens, float *out);
+    /* Right after token_logprobs(first, n): for each of those rows with n_top[i] > 0, its
+     * n_top[i] best alternatives into out[i] (top_ids, top_logprobs against the same lse;
+     * n_top set), as sample() reports a token's. */
+    int (*top_logprobs)(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out);
     /* The raw logits rows [n][n_vocab], float32, to host memory. */
     int (*read_logits)(backend *b, int64_t n, float *out);
 } backend_ops;

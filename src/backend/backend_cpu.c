@@ -16,7 +16,7 @@ typedef struct {
     fwd_state *fwd;
     float *logits;          /* [max_logits][n_vocab] */
     int32_t *work_idx;      /* sampler work space, one vocab-sized slot per thread */
-    float *work_p;
+    float *work_p;          /* two vocab-sized rows per thread */
     bool draw_by_row;       /* tests only: backend_cpu_set_draw_by_row */
 } cpu_backend;
 
@@ -84,8 +84,8 @@ static void sample_task(void *p, int64_t slot) {
     for (int64_t i; (i = atomic_fetch_add(&x->next, 1)) < x->n_rows;) {
         /* The negative control keys the draw by the row's place in the step (tests only). */
         const int64_t pos = x->rows[i].position + (x->c->draw_by_row ? i : 0);
-        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, pos, &x->out[i], x->c->work_idx + slot * V,
-                       x->c->work_p + slot * V);
+        sampler_choose(x->c->logits + i * V, V, x->rows[i].s, pos, sample_row_history(&x->rows[i]), &x->out[i],
+                       x->c->work_idx + slot * V, x->c->work_p + slot * 2 * V);
     }
 }
 
@@ -109,14 +109,27 @@ static int cpu_token_logprobs(backend *b, int64_t first, int64_t n, const int32_
     return 0;
 }
 
+static int cpu_top_logprobs(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
+    const int64_t V = b->m->cfg.n_vocab;
+    for (int64_t i = 0; i < n; i++) {
+        if (n_top[i] <= 0) continue;
+        const float *row = cpu(b)->logits + (first + i) * V;
+        out[i].n_top = n_top[i];
+        sampler_top(row, V, n_top[i], row_logsumexp(row, V), out[i].top_ids, out[i].top_logprobs);
+    }
+    return 0;
+}
+
 static int cpu_read_logits(backend *b, int64_t n, float *out) {
     if (!backend_rows_ok(b, n)) return -1;
     memcpy(out, cpu(b)->logits, sizeof(float) * (size_t)n * (size_t)b->m->cfg.n_vocab);
     return 0;
 }
 
-static const backend_ops cpu_ops = {"cpu",       cpu_destroy, cpu_kv_bytes_per_block, cpu_kv_create, cpu_kv_destroy,
-                                    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_read_logits};
+static const backend_ops cpu_ops = {
+    "cpu",       cpu_destroy, cpu_kv_bytes_per_block, cpu_kv_create,    cpu_kv_destroy,
+    cpu_forward, cpu_sample,  cpu_token_logprobs,     cpu_top_logprobs, cpu_read_logits};
 
 int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err, size_t errlen) {
     *out = NULL;
@@ -132,7 +145,7 @@ int backend_cpu_create(model *m, const backend_opts *o, backend **out, char *err
     c->fwd = fwd_state_create(m, o->max_tokens, o->max_logits);
     c->logits = malloc(sizeof(float) * V * (size_t)o->max_logits);
     c->work_idx = malloc(sizeof(int32_t) * V * (size_t)o->n_threads);
-    c->work_p = malloc(sizeof(float) * V * (size_t)o->n_threads);
+    c->work_p = malloc(sizeof(float) * 2 * V * (size_t)o->n_threads);
     if (!c->tp || !c->fwd || !c->logits || !c->work_idx || !c->work_p) {
         cpu_destroy(&c->base);
         snprintf(err, errlen, "out of memory");

@@ -378,6 +378,7 @@ static int sample_launch(cuda_backend *c, int64_t n, const sample_row *rows, int
     for (int64_t i = 0; i < n; i++) {
         const invar_sampling *s = rows[i].s;
         if (s->temperature == 0.0f && s->top_logprobs == 0) continue;
+        if (sample_row_history(&rows[i])) continue; /* logits processing: the host sampler */
         h->srows[k] = (int32_t)i;
         h->sparams[k] = (invar_cuda_sample_params){.temperature = s->temperature, .top_p = s->top_p,
                                                    .min_p = s->min_p, .top_k = s->top_k,
@@ -411,13 +412,22 @@ static int cuda_sample(backend *b, int64_t n, const sample_row *rows, invar_toke
     const int64_t V = b->m->cfg.n_vocab, L = b->opts.max_logits;
     const int32_t *argmax = c->h.stats;
     const float *lse = (const float *)c->h.stats + L, *lp = (const float *)c->h.stats + 2 * L;
-    for (int64_t i = 0; i < n; i++) out[i] = (invar_token_info){.token = argmax[i], .logprob = lp[i], .n_top = 0};
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = (invar_token_info){.token = argmax[i], .logprob = lp[i], .n_top = 0};
+        if (!sample_row_history(&rows[i])) continue;
+        /* Penalties, logit_bias, min_tokens: the row comes to the host sampler (rare; one
+         * row read each), which reports against the device's lse like the device sampler. */
+        if (read_row(c, i, c->h.row)) return -1;
+        sampler_choose_lse(c->h.row, V, rows[i].s, rows[i].position, &rows[i].hist, lse[i], &out[i], c->h.work_idx,
+                           c->h.work_p);
+    }
     for (int k = 0; k < n_dev; k++) {
         const int64_t i = c->h.srows[k];
         const invar_cuda_sample_out *o = &c->h.souts[k];
         if (o->status != 0) { /* candidate set too large for the device: the host sampler */
             if (read_row(c, i, c->h.row)) return -1;
-            sampler_choose_lse(c->h.row, V, rows[i].s, rows[i].position, lse[i], &out[i], c->h.work_idx, c->h.work_p);
+            sampler_choose_lse(c->h.row, V, rows[i].s, rows[i].position, NULL, lse[i], &out[i], c->h.work_idx,
+                               c->h.work_p);
             continue;
         }
         out[i].token = o->token;
@@ -440,6 +450,21 @@ static int cuda_token_logprobs(backend *b, int64_t first, int64_t n, const int32
     return 0;
 }
 
+/* The rows come to the host one by one (echo with logprobs only) and are ranked there,
+ * against the lse token_logprobs just computed on the device. */
+static int cuda_top_logprobs(backend *b, int64_t first, int64_t n, const int32_t *n_top, invar_token_info *out) {
+    if (first < 0 || !backend_rows_ok(b, first + n)) return -1;
+    cuda_backend *c = cu(b);
+    const float *lse = (const float *)c->h.stats + b->opts.max_logits;
+    for (int64_t i = 0; i < n; i++) {
+        if (n_top[i] <= 0) continue;
+        if (read_row(c, first + i, c->h.row)) return -1;
+        out[i].n_top = n_top[i];
+        sampler_top(c->h.row, b->m->cfg.n_vocab, n_top[i], lse[i], out[i].top_ids, out[i].top_logprobs);
+    }
+    return 0;
+}
+
 static int cuda_read_logits(backend *b, int64_t n, float *out) {
     if (!backend_rows_ok(b, n)) return -1;
     for (int64_t i = 0; i < n; i++)
@@ -447,9 +472,9 @@ static int cuda_read_logits(backend *b, int64_t n, float *out) {
     return 0;
 }
 
-static const backend_ops cuda_ops = {"cuda",       cuda_destroy, cuda_kv_bytes_per_block, cuda_kv_create,
-                                     cuda_kv_destroy, cuda_forward, cuda_sample, cuda_token_logprobs,
-                                     cuda_read_logits};
+static const backend_ops cuda_ops = {
+    "cuda",       cuda_destroy, cuda_kv_bytes_per_block, cuda_kv_create,    cuda_kv_destroy,
+    cuda_forward, cuda_sample,  cuda_token_logprobs,     cuda_top_logprobs, cuda_read_logits};
 
 /* Shapes the kernels take: GEMM dimensions multiples of 8, the embedding gather's rows of a
  * multiple of 32, head_dim 64 or 128. */
@@ -490,7 +515,7 @@ static int alloc_all(cuda_backend *c) {
     h->ctx_len = malloc(4 * T);
     h->slot = malloc(4 * T);
     h->work_idx = malloc(4 * V);
-    h->work_p = malloc(4 * V);
+    h->work_p = malloc(8 * V); /* the sampler's two rows */
     if (cudaMallocHost((void **)&h->stats, 12 * L) != cudaSuccess) h->stats = NULL;
     if (cudaMallocHost((void **)&h->tok_in, 4 * L) != cudaSuccess) h->tok_in = NULL;
     if (cudaMallocHost((void **)&h->row, 4 * V) != cudaSuccess) h->row = NULL;

@@ -16,8 +16,11 @@ static const char *HELP =
     "content a string or [{type: \"text\", text}] parts; the model's chat template applied,\n"
     "special tokens only in the template's markup, never in contents), max_tokens (1-2^24,\n"
     "default 64; with messages also max_completion_tokens), temperature (0-100, default 0 =\n"
-    "greedy), top_k (-1 or 0 = off), top_p (0-1], min_p [0-1], seed (0-2^53), logprobs (number\n"
-    "of top alternatives per token, 0-20), ignore_eos (keep generating past end-of-text).\n"
+    "greedy), top_k (-1 or 0 = off), top_p (0-1], min_p [0-1], seed (0 to 2^64-1, exact),\n"
+    "logprobs (number of top alternatives per token, 0-20), ignore_eos (keep generating past\n"
+    "end-of-text), min_tokens, stop_token_ids ([ids]), logit_bias ({\"id\": -100..100}),\n"
+    "presence_penalty, frequency_penalty ([-2, 2]), repetition_penalty ((0, 10]), speculate,\n"
+    "spec_tokens. Any other field is an error for that line.\n"
     "The same rules as invar serve's (one decoder reads both; docs/server.md).\n"
     "Result fields: id, token_ids, logprobs (float32, printed to round-trip exactly), text,\n"
     "finish_reason (stop|length), prompt_tokens, top_logprobs; or id, line, error.\n"
@@ -28,9 +31,7 @@ static const char *HELP =
     "                         SmolLM2-135M-Instruct)\n"
     "  --input FILE           requests (default: stdin)\n"
     "  --output FILE          results (default: stdout)\n"
-    "  --timing               add per-request timing (first token, done) to each result\n"
-    CLI_SPEC_HELP
-    CLI_ENGINE_HELP
+    "  --timing               add per-request timing (first token, done) to each result\n" CLI_SPEC_HELP CLI_ENGINE_HELP
     "\n"
     "exit status: 0 all requests succeeded, 1 some requests failed, 2 usage, 3 model, 4 I/O\n";
 

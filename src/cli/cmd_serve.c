@@ -29,13 +29,14 @@ static const char *HELP =
     "  --port N               TCP port (default 8080)\n"
     "  --max-connections N    concurrent completion requests; more get 429 (default 256)\n"
     "  --max-body-kb N        largest request body (default 1024)\n"
+    "  --max-prompts-per-request N  prompts one /v1/completions request may carry (default 64,\n"
+    "                         at most 4096; also raises the choices limit, n x prompts, from 128)\n"
     "  --max-connections-per-ip N  open connections from one address (default --max-connections + 64)\n"
     "  --max-open-connections N    open connections in all (default 4 x --max-connections-per-ip)\n"
     "  --idle-timeout-s N     close a connection silent for N s (default 30)\n"
     "  --request-timeout-s N  close a connection whose request is not all in after N s (default 15)\n"
-    "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n"
-    CLI_SPEC_HELP
-    CLI_ENGINE_HELP;
+    "  --drain-s N            on SIGTERM, seconds to let running requests finish (default 10)\n" CLI_SPEC_HELP
+        CLI_ENGINE_HELP;
 
 /* The last path component, *len bytes (a directory's "DIR/" names DIR). */
 static const char *basename_of(const char *p, size_t *len) {
@@ -76,7 +77,7 @@ static int fit_fd_limit(int max_open) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_opt = NULL, *host = "127.0.0.1";
-    int64_t port = 8080, max_conn = 256, max_body_kb = 1024, drain_s = 10;
+    int64_t port = 8080, max_conn = 256, max_body_kb = 1024, drain_s = 10, max_prompts = 64;
     int64_t per_ip = 0, max_open = 0, idle_s = 30, request_s = 15; /* 0: derived below */
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
@@ -99,6 +100,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(name, "port")) ok = parse_i64(val, 0, 65535, &port);
         else if (!strcmp(name, "max-connections")) ok = parse_i64(val, 1, 100000, &max_conn);
         else if (!strcmp(name, "max-body-kb")) ok = parse_i64(val, 1, 1 << 20, &max_body_kb);
+        else if (!strcmp(name, "max-prompts-per-request")) ok = parse_i64(val, 1, SRV_MAX_PROMPTS_LIMIT, &max_prompts);
         else if (!strcmp(name, "drain-s")) ok = parse_i64(val, 0, 3600, &drain_s);
         else if (!strcmp(name, "max-connections-per-ip")) ok = parse_i64(val, 1, 100000, &per_ip);
         else if (!strcmp(name, "max-open-connections")) ok = parse_i64(val, 1, 100000, &max_open);
@@ -149,6 +151,7 @@ int cmd_serve(int argc, char **argv) {
     s.max_open_connections = fit_fd_limit((int)max_open);
     s.idle_timeout_s = (int)idle_s;
     s.request_timeout_s = (int)request_s;
+    s.max_prompts = (int)max_prompts;
     s.t_start = now_seconds();
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.work, NULL);

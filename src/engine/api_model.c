@@ -108,7 +108,16 @@ int invar_chat_tokenize(const invar_model *im, const invar_chat_message *msgs, s
 }
 
 void invar_sampling_default(invar_sampling *s) {
-    *s = (invar_sampling){.max_tokens = 64, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
-                          .min_p = 0.0f, .seed = 0, .top_logprobs = 0, .ignore_eos = false,
-                          .prompt_logprobs = false, .speculate = INVAR_SPEC_OFF, .spec_tokens = 0};
+    *s = (invar_sampling){.max_tokens = 64,
+                          .temperature = 0.0f,
+                          .top_k = 0,
+                          .top_p = 1.0f,
+                          .min_p = 0.0f,
+                          .seed = 0,
+                          .top_logprobs = 0,
+                          .ignore_eos = false,
+                          .prompt_logprobs = false,
+                          .speculate = INVAR_SPEC_OFF,
+                          .spec_tokens = 0,
+                          .repetition_penalty = 1.0f};
 }

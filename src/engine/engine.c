@@ -51,8 +51,10 @@ typedef struct {
     int32_t spec_wait;          /* decode steps to run without drafts before trying again */
     draft_seq dseq;             /* its state in the draft model (INVAR_SPEC_DRAFT) */
     float *plp;                 /* prompt logprobs: plp[p] = logprob of seq[p + 1] */
+    invar_token_info *plp_top;  /* with top_logprobs: their alternatives, likewise */
     int64_t n_plp;              /* delivered so far, in order (kept across preemption) */
     int64_t plp_want;           /* n_prompt - 1 if asked for, else 0 */
+    int64_t n_cached_prompt;    /* prefix-cache hits of its first start; -1 until then */
     invar_token_info *out;
     int64_t n_out;
     invar_finish finish;
@@ -92,6 +94,8 @@ struct invar_engine {
     int32_t *b_plp_rows, *b_plp_tok, *b_plp_pos;
     request **b_plp_req;        /* valid until the step's callbacks run */
     float *b_plp_out;
+    int32_t *b_plp_ntop; /* alternatives each prompt-logprob row reports (0: none) */
+    invar_token_info *b_plp_top;
     invar_token_cb cb;
     void *cb_user;
     int64_t n_active;           /* queued or running */
@@ -102,6 +106,9 @@ struct invar_engine {
     invar_testing_drafter test_drafter; /* tests: replaces the real drafts */
     void *test_drafter_user;
     bool spec_rejection;        /* NEGATIVE CONTROL (tests): spec_rejection.h */
+    bool shared_history;        /* NEGATIVE CONTROL (tests): every row penalised by row 0's history */
+    int32_t *eog;               /* the model's end-of-generation ids (min_tokens masks them) */
+    int32_t n_eog;
     float *rej_logits, *rej_work;
     char error[256];
 };
@@ -184,9 +191,18 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->b_plp_pos = malloc(sizeof(int32_t) * L);
     e->b_plp_req = malloc(sizeof(request *) * L);
     e->b_plp_out = malloc(sizeof(float) * L);
+    e->b_plp_ntop = malloc(sizeof(int32_t) * L);
+    e->b_plp_top = malloc(sizeof(invar_token_info) * L);
     if (!e->rows || !e->infos || !e->running || !e->b_tokens || !e->b_pos || !e->b_tables || !e->b_logit_rows ||
-        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req || !e->b_plp_out)
+        !e->b_logit_req || !e->b_logit_pos || !e->b_plp_rows || !e->b_plp_tok || !e->b_plp_pos || !e->b_plp_req ||
+        !e->b_plp_out || !e->b_plp_ntop || !e->b_plp_top)
         FAIL("out of memory");
+    const int32_t V = m->cfg.n_vocab;
+    for (int32_t t = 0; t < V; t++) e->n_eog += tokenizer_is_eog(m->tok, t);
+    e->eog = malloc(sizeof(int32_t) * (size_t)(e->n_eog ? e->n_eog : 1));
+    if (!e->eog) FAIL("out of memory");
+    for (int32_t t = 0, k = 0; t < V; t++)
+        if (tokenizer_is_eog(m->tok, t)) e->eog[k++] = t;
     *out = e;
     return 0;
 }
@@ -199,6 +215,7 @@ static void request_free(request *r) {
     free(r->dseq.blocks);
     free(r->hashes);
     free(r->plp);
+    free(r->plp_top);
     free(r->out);
     free(r);
 }
@@ -271,6 +288,7 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_logit_rows);
     free(e->b_logit_req);
     free(e->b_logit_pos);
+    free(e->eog);
     free(e->rej_logits);
     free(e->rej_work);
     free(e->b_plp_rows);
@@ -278,6 +296,8 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_plp_pos);
     free(e->b_plp_req);
     free(e->b_plp_out);
+    free(e->b_plp_ntop);
+    free(e->b_plp_top);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -331,6 +351,16 @@ static const char *validate(const invar_engine *e, const int32_t *prompt, int64_
             return msg;
         }
     if (s->speculate == INVAR_SPEC_DRAFT && !e->draft) return "speculate=draft needs an engine with a draft model";
+    for (int32_t i = 0; i < s->n_logit_bias; i++)
+        if (s->logit_bias[i].token < 0 || s->logit_bias[i].token >= V) {
+            snprintf(msg, cap, "logit_bias token id %d out of range [0, %lld)", s->logit_bias[i].token, (long long)V);
+            return msg;
+        }
+    for (int32_t i = 0; i < s->n_stop_token_ids; i++)
+        if (s->stop_token_ids[i] < 0 || s->stop_token_ids[i] >= V) {
+            snprintf(msg, cap, "stop token id %d out of range [0, %lld)", s->stop_token_ids[i], (long long)V);
+            return msg;
+        }
     int64_t need = blocks_for(n_prompt + s->max_tokens < e->cfg.n_ctx ? n_prompt + s->max_tokens : e->cfg.n_ctx);
     if (need > e->pool.n_total) {
         snprintf(msg, cap, "request needs %lld KV blocks, more than the whole budget of %lld", (long long)need,
@@ -347,6 +377,7 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->state = REQ_DONE; /* until it is fully set up */
     r->samp = *s;
     r->n_prompt = n_prompt > 0 ? n_prompt : 0;
+    r->n_cached_prompt = -1;
     if (slot_append(e, r)) {
         free(r);
         return -1;
@@ -362,8 +393,10 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
     r->hashes = malloc(sizeof(block_hash) * (size_t)blocks_for(r->cap_seq));
     r->plp_want = s->prompt_logprobs ? n_prompt - 1 : 0;
     r->plp = r->plp_want ? malloc(sizeof(float) * (size_t)r->plp_want) : NULL;
+    if (r->plp_want && s->top_logprobs > 0) r->plp_top = malloc(sizeof(invar_token_info) * (size_t)r->plp_want);
     if (s->speculate == INVAR_SPEC_DRAFT) r->dseq.blocks = malloc(sizeof(int32_t) * (size_t)blocks_for(r->cap_seq));
-    if (!r->seq || !r->out || !r->blocks || !r->hashes || (r->plp_want && !r->plp) ||
+    if (!r->seq || !r->out || !r->blocks || !r->hashes ||
+        (r->plp_want && (!r->plp || (s->top_logprobs > 0 && !r->plp_top))) ||
         (s->speculate == INVAR_SPEC_DRAFT && !r->dseq.blocks))
         return reject(e, r, "out of memory"), r->id;
     memcpy(r->seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
@@ -422,6 +455,7 @@ static bool start(invar_engine *e, request *r) {
     }
     r->n_cached = hits * KV_BLOCK;
     r->n_registered = hits;
+    if (r->n_cached_prompt < 0) r->n_cached_prompt = r->n_cached;
     r->state = REQ_RUNNING;
     e->running[e->n_running++] = r->id;
     return true;
@@ -595,7 +629,9 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
     r->seq[r->n_seq++] = info->token;
     e->tokens_generated++;
     const model *m = e->im->m;
-    if (!r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token)) finish(e, r, INVAR_FINISH_STOP);
+    bool stop = !r->samp.ignore_eos && tokenizer_is_eog(m->tok, info->token);
+    for (int32_t i = 0; i < r->samp.n_stop_token_ids; i++) stop |= info->token == r->samp.stop_token_ids[i];
+    if (stop) finish(e, r, INVAR_FINISH_STOP);
     else if (r->n_out >= r->samp.max_tokens || r->n_seq >= e->cfg.n_ctx) finish(e, r, INVAR_FINISH_LENGTH);
     if (e->cb) e->cb(e->cb_user, r->id, info);
 }
@@ -606,7 +642,12 @@ static void emit(invar_engine *e, request *r, const invar_token_info *info) {
 static int sample_rows(invar_engine *e, int64_t n_rows) {
     for (int64_t i = 0; i < n_rows; i++) {
         const request *r = req_get(e, e->b_logit_req[i]);
-        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i]};
+        e->rows[i] = (sample_row){&r->samp, e->b_logit_pos[i], {0}};
+        /* Penalties read the request's own tokens before the row's position (its drafts
+         * included: a row after a rejected draft is discarded anyway). */
+        if (sampler_processes(&r->samp))
+            e->rows[i].hist = (sampler_history){r->seq, e->b_logit_pos[i], r->n_prompt, e->eog, e->n_eog};
+        if (e->shared_history && i > 0 && e->rows[0].hist.seq && e->rows[i].hist.seq) e->rows[i].hist = e->rows[0].hist;
     }
     return e->be->ops->sample(e->be, n_rows, e->rows, e->infos);
 }
@@ -655,12 +696,28 @@ static int64_t build_batch(invar_engine *e, int64_t *n_sample, int64_t *n_plp) {
     return T;
 }
 
+/* The alternatives of the prompt-logprob rows whose requests asked for them. */
+static int plp_tops(invar_engine *e, int64_t first, int64_t n_plp) {
+    bool any = false;
+    for (int64_t j = 0; j < n_plp; j++) {
+        e->b_plp_ntop[j] = e->b_plp_req[j]->plp_top ? e->b_plp_req[j]->samp.top_logprobs : 0;
+        any |= e->b_plp_ntop[j] > 0;
+    }
+    return any ? e->be->ops->top_logprobs(e->be, first, n_plp, e->b_plp_ntop, e->b_plp_top) : 0;
+}
+
 /* Hands each prompt-logprob row to its request. Rows come in position order and continue
  * from n_plp (recomputed positions before it ask for none), so none is lost or repeated. */
 static void store_prompt_logprobs(invar_engine *e, int64_t n_plp) {
     for (int64_t j = 0; j < n_plp; j++) {
         request *r = e->b_plp_req[j];
         r->plp[e->b_plp_pos[j]] = e->b_plp_out[j];
+        if (r->plp_top) {
+            invar_token_info *t = &r->plp_top[e->b_plp_pos[j]];
+            *t = e->b_plp_top[j];
+            t->token = e->b_plp_tok[j];
+            t->logprob = e->b_plp_out[j];
+        }
         r->n_plp = e->b_plp_pos[j] + 1;
     }
 }
@@ -753,7 +810,7 @@ static int step_locked(invar_engine *e) {
     fwd_batch b = {T, e->b_tokens, e->b_pos, e->b_tables, n_sample + n_plp, e->b_logit_rows};
     if (e->be->ops->forward(e->be, e->kv, &b) || sample_rows(e, n_sample) ||
         (n_plp && e->be->ops->token_logprobs(e->be, n_sample, n_plp, e->b_plp_tok, e->b_plp_out)) ||
-        read_rejection_rows(e, n_sample)) {
+        (n_plp && plp_tops(e, n_sample, n_plp)) || read_rejection_rows(e, n_sample)) {
         snprintf(e->error, sizeof e->error, "%s", e->be->error);
         return -1;
     }
@@ -784,7 +841,9 @@ int invar_engine_result(invar_engine *e, int64_t id, invar_result *out) {
                               r->out,
                               r->n_prompt,
                               r->n_plp,
-                              r->plp};
+                              r->plp,
+                              r->plp_top,
+                              r->n_cached_prompt > 0 ? r->n_cached_prompt : 0};
         rc = 0;
     }
     pthread_mutex_unlock(&e->lock);
@@ -845,6 +904,12 @@ void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn,
 void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on) {
     pthread_mutex_lock(&e->lock);
     e->spec_rejection = on;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void invar_engine_testing_set_shared_history(invar_engine *e, bool on) {
+    pthread_mutex_lock(&e->lock);
+    e->shared_history = on;
     pthread_mutex_unlock(&e->lock);
 }
 

@@ -24,6 +24,10 @@ void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn,
 /* NEGATIVE CONTROL: sampled requests' drafts are verified by rejection sampling
  * (spec_rejection.h), distribution-preserving but not bit-preserving. */
 void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on);
+/* NEGATIVE CONTROL: every sampling row of a step whose request has logits processing
+ * (penalties, min_tokens) reads the token history of the step's first row instead of its
+ * own, as a penalty state kept per batch rather than per request would. */
+void invar_engine_testing_set_shared_history(invar_engine *e, bool on);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
 int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,

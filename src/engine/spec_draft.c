@@ -141,7 +141,7 @@ int spec_draft_propose(spec_draft *d, draft_job *jobs, int64_t n, char *err, siz
             s->n_cached += take;
             if (s->n_cached == end) { /* its last token's logits choose the next draft */
                 d->rows[R] = (int32_t)(T - 1);
-                d->srows[R] = (sample_row){&d->greedy, end};
+                d->srows[R] = (sample_row){&d->greedy, end, {0}};
                 d->row_job[R++] = j;
             }
         }

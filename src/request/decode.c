@@ -8,9 +8,6 @@
 
 #include "request/request_internal.h"
 
-/* Seeds up to 2^53 are exact in JSON doubles. */
-#define MAX_SEED 9007199254740992.0
-
 int req_fail(req_error *e, req_error_kind kind, const char *param, const char *fmt, ...) {
     e->kind = kind;
     e->param = param;
@@ -31,8 +28,7 @@ static int bad_type(req_error *e, const char *key, const char *what) {
 }
 
 /* An integer in [lo, hi]; *given tells whether the field was there. */
-static int get_int(const cJSON *o, const char *key, double lo, double hi, int64_t *out, bool *given,
-                   req_error *e) {
+int req_get_int(const cJSON *o, const char *key, double lo, double hi, int64_t *out, bool *given, req_error *e) {
     const cJSON *v = req_field(o, key);
     if (given) *given = v != NULL;
     if (!v) return 0;
@@ -44,7 +40,7 @@ static int get_int(const cJSON *o, const char *key, double lo, double hi, int64_
 }
 
 /* A finite number in [lo, hi], or (lo_open) in (lo, hi]. */
-static int get_num(const cJSON *o, const char *key, double lo, bool lo_open, double hi, float *out, req_error *e) {
+int req_get_num(const cJSON *o, const char *key, double lo, bool lo_open, double hi, float *out, req_error *e) {
     const cJSON *v = req_field(o, key);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return bad_type(e, key, "a number");
@@ -68,11 +64,11 @@ static int get_logprobs(const cJSON *o, req_kind kind, req_decoded *d, req_error
     int64_t top = 0;
     if (kind != REQ_CHAT) {
         bool given;
-        if (get_int(o, "logprobs", 0, INVAR_MAX_TOP_LOGPROBS, &top, &given, e)) return -1;
+        if (req_get_int(o, "logprobs", 0, INVAR_MAX_TOP_LOGPROBS, &top, &given, e)) return -1;
         d->logprobs = given;
     } else {
         if (get_bool(o, "logprobs", &d->logprobs, e)) return -1;
-        if (get_int(o, "top_logprobs", 0, INVAR_MAX_TOP_LOGPROBS, &top, NULL, e)) return -1;
+        if (req_get_int(o, "top_logprobs", 0, INVAR_MAX_TOP_LOGPROBS, &top, NULL, e)) return -1;
         if (top && !d->logprobs)
             return req_fail(e, REQ_ERR_VALUE, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
     }
@@ -94,7 +90,7 @@ static int get_speculation(const cJSON *o, req_decoded *d, req_error *e) {
         d->speculate_given = true;
     }
     int64_t k = 0;
-    if (get_int(o, "spec_tokens", 1, INVAR_MAX_SPEC_TOKENS, &k, &d->spec_tokens_given, e)) return -1;
+    if (req_get_int(o, "spec_tokens", 1, INVAR_MAX_SPEC_TOKENS, &k, &d->spec_tokens_given, e)) return -1;
     if (d->spec_tokens_given) d->samp.spec_tokens = (int32_t)k;
     return 0;
 }
@@ -104,35 +100,40 @@ void req_default_speculation(req_decoded *d, invar_spec_mode mode, int32_t spec_
     if (!d->spec_tokens_given) d->samp.spec_tokens = spec_tokens;
 }
 
-static int decode_sampling(const cJSON *o, req_kind kind, req_decoded *d, req_error *e) {
+static int decode_sampling(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *d, req_error *e) {
     invar_sampling *s = &d->samp;
     int64_t v = 0;
     bool given = false;
-    if (get_int(o, "max_tokens", 1, REQ_MAX_TOKENS, &v, &given, e)) return -1;
+    if (req_get_int(o, "max_tokens", 1, REQ_MAX_TOKENS, &v, &given, e)) return -1;
     if (given) s->max_tokens = (int32_t)v, d->max_tokens_given = true;
     bool chat = kind == REQ_CHAT || (kind == REQ_BATCH && req_field(o, "messages"));
-    if (chat && get_int(o, "max_completion_tokens", 1, REQ_MAX_TOKENS, &v, &given, e)) return -1;
+    if (chat && req_get_int(o, "max_completion_tokens", 1, REQ_MAX_TOKENS, &v, &given, e)) return -1;
     if (chat && given) s->max_tokens = (int32_t)v, d->max_tokens_given = true;
-    if (get_num(o, "temperature", 0, false, 100, &s->temperature, e)) return -1;
-    if (get_num(o, "top_p", 0, true, 1, &s->top_p, e)) return -1;
-    if (get_num(o, "min_p", 0, false, 1, &s->min_p, e)) return -1;
+    if (req_get_num(o, "temperature", 0, false, 100, &s->temperature, e)) return -1;
+    if (req_get_num(o, "top_p", 0, true, 1, &s->top_p, e)) return -1;
+    if (req_get_num(o, "min_p", 0, false, 1, &s->min_p, e)) return -1;
     v = 0;
-    if (get_int(o, "top_k", -1, 1 << 30, &v, NULL, e)) return -1;
+    if (req_get_int(o, "top_k", -1, 1 << 30, &v, NULL, e)) return -1;
     s->top_k = v < 0 ? 0 : (int32_t)v;
-    v = 0;
-    if (get_int(o, "seed", 0, MAX_SEED, &v, NULL, e)) return -1;
-    s->seed = (uint64_t)v;
+    if (req_get_u64(o, "seed", &s->seed, e)) return -1;
     if (get_bool(o, "ignore_eos", &s->ignore_eos, e)) return -1;
     if (get_speculation(o, d, e)) return -1;
+    if (req_decode_processing(m, o, d, e)) return -1;
     return get_logprobs(o, kind, d, e);
 }
 
 int req_decode(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *out, req_error *e) {
+    return req_decode_limit(m, o, kind, REQ_MAX_PROMPTS, out, e);
+}
+
+int req_decode_limit(const invar_model *m, const cJSON *o, req_kind kind, int max_prompts, req_decoded *out,
+                     req_error *e) {
     memset(out, 0, sizeof *out);
     memset(e, 0, sizeof *e);
     invar_sampling_default(&out->samp);
     if (!cJSON_IsObject(o)) return req_fail(e, REQ_ERR_TYPE, NULL, "the request must be a JSON object");
-    if (decode_sampling(o, kind, out, e) || req_decode_prompts(m, o, kind, out, e)) {
+    if (req_check_fields(o, kind, e) || decode_sampling(m, o, kind, out, e) ||
+        req_decode_prompts(m, o, kind, max_prompts, out, e)) {
         req_decoded_free(out);
         return -1;
     }
@@ -156,7 +157,10 @@ cJSON *req_parse_json(const char *text, size_t len, bool *trailing) {
     if (!o) return NULL;
     size_t k = (size_t)(end - text);
     while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n')) k++;
-    if (k == len) return o;
+    if (k == len) {
+        req_keep_exact_numbers(o, text, len);
+        return o;
+    }
     cJSON_Delete(o);
     *trailing = true;
     return NULL;

@@ -62,12 +62,23 @@ static int chat_prompt(const invar_model *m, const cJSON *msgs, req_decoded *d, 
     const cJSON *it;
     cJSON_ArrayForEach(it, msgs) {
         if (rc) break;
+        const cJSON *key;
+        cJSON_ArrayForEach(key, it) { /* a key the template would not read is refused, not dropped */
+            if (key->string && (!strcmp(key->string, "role") || !strcmp(key->string, "content"))) continue;
+            rc = req_fail(e, REQ_ERR_UNSUPPORTED, "messages",
+                          "messages[%d]: unsupported field '%.64s' (a message has "
+                          "role and content only)",
+                          i, key->string ? key->string : "");
+            break;
+        }
+        if (rc) break;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
         if (!cJSON_IsString(role)) {
             rc = req_fail(e, REQ_ERR_TYPE, "messages", "messages[%d].role must be a string", i);
             break;
         }
-        cm[i].role = role->valuestring;
+        /* OpenAI's newer name for the system role */
+        cm[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
         rc = message_content(cJSON_GetObjectItemCaseSensitive(it, "content"), i, &cm[i].content, &owned[i], e);
         i++;
     }
@@ -115,35 +126,38 @@ static int ids_prompt(const invar_model *m, const cJSON *a, req_prompt *p, req_e
 }
 
 /* A string, token ids, or (REQ_COMPLETION) an array of either. */
-static int raw_prompts(const invar_model *m, const cJSON *p, req_kind kind, bool parse_special, req_decoded *d,
-                       req_error *e) {
+static int raw_prompts(const invar_model *m, const cJSON *p, req_kind kind, bool parse_special, int max_prompts,
+                       req_decoded *d, req_error *e) {
     const char *what = kind == REQ_COMPLETION ? "a string, an array of strings or token ids"
                                               : "a string or an array of token ids";
-    const cJSON *items[REQ_MAX_PROMPTS];
     int k = 0;
-    if (cJSON_IsString(p) || (cJSON_IsArray(p) && cJSON_IsNumber(p->child))) {
-        items[k++] = p;
+    const bool single = cJSON_IsString(p) || (cJSON_IsArray(p) && cJSON_IsNumber(p->child));
+    if (single) {
+        k = 1;
     } else if (kind == REQ_COMPLETION && cJSON_IsArray(p) && p->child) {
         const cJSON *it;
         cJSON_ArrayForEach(it, p) {
-            if (k == REQ_MAX_PROMPTS)
-                return req_fail(e, REQ_ERR_VALUE, "prompt", "at most %d prompts per request", REQ_MAX_PROMPTS);
+            if (k == max_prompts)
+                return req_fail(e, REQ_ERR_VALUE, "prompt",
+                                "at most %d prompts per request (the server's --max-prompts-per-request)", max_prompts);
             if (!cJSON_IsString(it) && !cJSON_IsArray(it)) return req_fail(e, REQ_ERR_TYPE, "prompt", "'prompt' must be %s", what);
-            items[k++] = it;
+            k++;
         }
     } else {
         return req_fail(e, REQ_ERR_TYPE, "prompt", "'prompt' must be %s", what);
     }
     if (alloc_prompts(d, k, e)) return -1;
-    for (int i = 0; i < k; i++) {
-        int rc = cJSON_IsString(items[i]) ? text_prompt(m, items[i], parse_special, &d->prompts[i], e)
-                                          : ids_prompt(m, items[i], &d->prompts[i], e);
+    const cJSON *it = single ? p : p->child;
+    for (int i = 0; i < k; i++, it = it->next) {
+        int rc = cJSON_IsString(it) ? text_prompt(m, it, parse_special, &d->prompts[i], e)
+                                    : ids_prompt(m, it, &d->prompts[i], e);
         if (rc) return -1;
     }
     return 0;
 }
 
-int req_decode_prompts(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *out, req_error *e) {
+int req_decode_prompts(const invar_model *m, const cJSON *o, req_kind kind, int max_prompts, req_decoded *out,
+                       req_error *e) {
     const cJSON *prompt = req_field(o, "prompt"), *msgs = req_field(o, "messages");
     const cJSON *special = req_field(o, "parse_special");
     if (prompt && msgs) return req_fail(e, REQ_ERR_VALUE, "prompt", "give either 'prompt' or 'messages', not both");
@@ -156,7 +170,8 @@ int req_decode_prompts(const invar_model *m, const cJSON *o, req_kind kind, req_
                         "'parse_special' must be a boolean, and goes with 'prompt' only (chat contents never parse "
                         "special tokens)");
     /* A raw prompt is the caller's own text: special tokens are parsed unless asked not to. */
-    int rc = msgs ? chat_prompt(m, msgs, out, e) : raw_prompts(m, prompt, kind, !cJSON_IsFalse(special), out, e);
+    int rc = msgs ? chat_prompt(m, msgs, out, e)
+                  : raw_prompts(m, prompt, kind, !cJSON_IsFalse(special), max_prompts, out, e);
     if (rc) return -1;
     for (int i = 0; i < out->n_prompts; i++)
         if (out->prompts[i].n_ids <= 0)

@@ -3,13 +3,18 @@
  * OpenAI server (and any C caller that takes JSON requests), so the two cannot disagree on a
  * field; what is particular to HTTP (model, n, stream, stop, echo) stays in src/server/.
  *
- * Fields (null is the same as absent; other fields are ignored):
+ * Fields (null is the same as absent; a field not listed here nor read by the caller for
+ * that kind (fields.c) is REQ_ERR_UNSUPPORTED, naming it):
  *   max_tokens      integer in [1, 2^24]; with messages max_completion_tokens too (it wins)
  *   temperature     number in [0, 100] (0: greedy)
  *   top_p           number in (0, 1];   min_p  number in [0, 1]
  *   top_k           integer in [-1, 2^30] (-1 and 0: off)
- *   seed            integer in [0, 2^53] (exact in a JSON double)
+ *   seed            integer in [0, 2^64 - 1], read from its digits (req_parse_json keeps them)
  *   ignore_eos      boolean
+ *   presence_penalty, frequency_penalty  numbers in [-2, 2]; repetition_penalty in (0, 10]
+ *   min_tokens      integer in [0, max_tokens] (an absent max_tokens grows to it)
+ *   stop_token_ids  up to INVAR_MAX_STOP_TOKEN_IDS token ids
+ *   logit_bias      {"token id": number in [-100, 100]}, up to INVAR_MAX_LOGIT_BIAS entries
  *   speculate       "off", "ngram" or "draft": speculative decoding (docs/speculation.md; the
  *                   output is the same either way); absent: the caller's default
  *   spec_tokens     integer in [1, 16]: drafted tokens per step; absent: the caller's default
@@ -42,17 +47,19 @@ typedef enum {
 } req_kind;
 
 typedef enum {
-    REQ_ERR_TYPE = 1, /* a field of the wrong JSON type */
-    REQ_ERR_VALUE,    /* the right type, a value out of range or not allowed here */
-    REQ_ERR_MISSING,  /* a required field is absent */
-    REQ_ERR_TEMPLATE, /* the chat template cannot render these messages (e.g. a bad role) */
+    REQ_ERR_TYPE = 1,    /* a field of the wrong JSON type */
+    REQ_ERR_VALUE,       /* the right type, a value out of range or not allowed here */
+    REQ_ERR_MISSING,     /* a required field is absent */
+    REQ_ERR_TEMPLATE,    /* the chat template cannot render these messages (e.g. a bad role) */
+    REQ_ERR_UNSUPPORTED, /* a field this decoder does not implement (docs/server.md) */
     REQ_ERR_NOMEM
 } req_error_kind;
 
 typedef struct {
     req_error_kind kind;
-    const char *param;  /* the field at fault (a static string); NULL: the request itself */
+    const char *param; /* the field at fault (a static string, or field_buf); NULL: the request */
     char message[256];
+    char field_buf[72]; /* an unknown field's name, cut to fit */
 } req_error;
 
 typedef struct {
@@ -74,6 +81,9 @@ typedef struct {
 
 /* Decodes o. 0, or -1 with e filled and nothing left to free. */
 int req_decode(const invar_model *m, const cJSON *o, req_kind kind, req_decoded *out, req_error *e);
+/* The same with REQ_COMPLETION's prompt count limited to max_prompts (req_decode: 64). */
+int req_decode_limit(const invar_model *m, const cJSON *o, req_kind kind, int max_prompts, req_decoded *out,
+                     req_error *e);
 void req_decoded_free(req_decoded *d);
 /* The caller's speculation (a command line's) for the fields the request did not give. */
 void req_default_speculation(req_decoded *d, invar_spec_mode mode, int32_t spec_tokens);

@@ -18,7 +18,55 @@ const char *sampler_check(const invar_sampling *s) {
         return "unknown speculation mode";
     _Static_assert(INVAR_MAX_SPEC_TOKENS == 16, "the message below names the bound");
     if (s->spec_tokens < 0 || s->spec_tokens > INVAR_MAX_SPEC_TOKENS) return "spec_tokens must be in [0, 16]";
+    if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f)) return "presence_penalty must be in [-2, 2]";
+    if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f)) return "frequency_penalty must be in [-2, 2]";
+    if (!(s->repetition_penalty > 0.0f && s->repetition_penalty <= 10.0f))
+        return "repetition_penalty must be in (0, 10]";
+    if (s->min_tokens < 0 || s->min_tokens > s->max_tokens) return "min_tokens must be in [0, max_tokens]";
+    if (s->n_stop_token_ids < 0 || s->n_stop_token_ids > INVAR_MAX_STOP_TOKEN_IDS) return "too many stop_token_ids";
+    if (s->n_logit_bias < 0 || s->n_logit_bias > INVAR_MAX_LOGIT_BIAS) return "too many logit_bias entries";
+    for (int32_t i = 0; i < s->n_logit_bias; i++)
+        if (!(s->logit_bias[i].bias >= -100.0f && s->logit_bias[i].bias <= 100.0f))
+            return "logit_bias values must be in [-100, 100]";
     return NULL;
+}
+
+bool sampler_processes(const invar_sampling *s) {
+    return s->presence_penalty != 0.0f || s->frequency_penalty != 0.0f || s->repetition_penalty != 1.0f ||
+           s->min_tokens > 0 || s->n_logit_bias > 0;
+}
+
+/* Every step walks the history in position order and touches each distinct id once, so the
+ * row is a pure function of (logits, parameters, history): nothing is shared between rows. */
+void sampler_process(const float *logits, int64_t n_vocab, const invar_sampling *s, const sampler_history *h,
+                     float *out, int32_t *counts) {
+    for (int64_t i = 0; i < n_vocab; i++) out[i] = logits[i];
+    const int32_t *seq = h->seq;
+    if (s->repetition_penalty != 1.0f) {
+        const float p = s->repetition_penalty;
+        for (int64_t k = 0; k < h->n_seq; k++) counts[seq[k]] = 1;
+        for (int64_t k = 0; k < h->n_seq; k++) {
+            const int32_t t = seq[k];
+            if (!counts[t]) continue;
+            out[t] = out[t] > 0.0f ? out[t] / p : out[t] * p;
+            counts[t] = 0;
+        }
+    }
+    if (s->frequency_penalty != 0.0f || s->presence_penalty != 0.0f) {
+        for (int64_t k = h->n_prompt; k < h->n_seq; k++) counts[seq[k]] = 0;
+        for (int64_t k = h->n_prompt; k < h->n_seq; k++) counts[seq[k]]++;
+        for (int64_t k = h->n_prompt; k < h->n_seq; k++) {
+            const int32_t t = seq[k];
+            if (!counts[t]) continue;
+            out[t] -= (float)counts[t] * s->frequency_penalty + s->presence_penalty;
+            counts[t] = 0;
+        }
+    }
+    for (int32_t i = 0; i < s->n_logit_bias; i++) out[s->logit_bias[i].token] += s->logit_bias[i].bias;
+    if (h->n_seq - h->n_prompt < s->min_tokens) {
+        for (int32_t i = 0; i < h->n_eog; i++) out[h->eog[i]] = -INFINITY;
+        for (int32_t i = 0; i < s->n_stop_token_ids; i++) out[s->stop_token_ids[i]] = -INFINITY;
+    }
 }
 
 /* Total order: larger logit first, then lower id. Ties never depend on the sort algorithm. */
@@ -121,19 +169,28 @@ static int32_t sample(const float *logits, int64_t n_vocab, const invar_sampling
 }
 
 void sampler_choose(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
-                    invar_token_info *info, int32_t *work_idx, float *work_p) {
-    sampler_choose_lse(logits, n_vocab, s, position, row_logsumexp(logits, n_vocab), info, work_idx, work_p);
+                    const sampler_history *h, invar_token_info *info, int32_t *work_idx, float *work_p) {
+    sampler_choose_lse(logits, n_vocab, s, position, h, row_logsumexp(logits, n_vocab), info, work_idx, work_p);
+}
+
+void sampler_top(const float *logits, int64_t n_vocab, int32_t n, float lse, int32_t *ids, float *logprobs) {
+    if (n <= 0) return;
+    top_n(logits, n_vocab, n, ids);
+    for (int32_t r = 0; r < n; r++) logprobs[r] = sampler_logprob(logits[ids[r]], lse);
 }
 
 void sampler_choose_lse(const float *logits, int64_t n_vocab, const invar_sampling *s, int64_t position,
-                        float lse, invar_token_info *info, int32_t *work_idx, float *work_p) {
-    int32_t tok = s->temperature == 0.0f ? (int32_t)row_argmax(logits, n_vocab)
-                                         : sample(logits, n_vocab, s, position, work_idx, work_p);
+                        const sampler_history *h, float lse, invar_token_info *info, int32_t *work_idx, float *work_p) {
+    /* The processed copy chooses the token; what is reported comes from the raw row. */
+    const float *choose = logits;
+    if (h && sampler_processes(s)) {
+        sampler_process(logits, n_vocab, s, h, work_p + n_vocab, work_idx);
+        choose = work_p + n_vocab;
+    }
+    int32_t tok = s->temperature == 0.0f ? (int32_t)row_argmax(choose, n_vocab)
+                                         : sample(choose, n_vocab, s, position, work_idx, work_p);
     info->token = tok;
     info->logprob = sampler_logprob(logits[tok], lse);
     info->n_top = s->top_logprobs;
-    if (info->n_top > 0) {
-        top_n(logits, n_vocab, info->n_top, info->top_ids);
-        for (int32_t r = 0; r < info->n_top; r++) info->top_logprobs[r] = sampler_logprob(logits[info->top_ids[r]], lse);
-    }
+    sampler_top(logits, n_vocab, info->n_top, lse, info->top_ids, info->top_logprobs);
 }

@@ -34,6 +34,7 @@ static void call_free(srv_call *c) {
         free(c->choices[i].prompt);
         free(c->choices[i].toks);
         free(c->choices[i].plp);
+        free(c->choices[i].plp_top);
     }
     pthread_cond_destroy(&c->cond);
     free(c->choices);
@@ -115,7 +116,15 @@ static void choice_append_plp(srv_choice *ch, const invar_result *r) {
         return;
     }
     const int64_t n_new = r->n_prompt_logprobs - ch->n_plp;
+    if (r->prompt_top && !ch->plp_top &&
+        !(ch->plp_top = malloc(sizeof(invar_token_info) * (size_t)(ch->n_prompt - 1)))) {
+        ch->finish = INVAR_FINISH_ERROR;
+        snprintf(ch->error, sizeof ch->error, "out of memory");
+        return;
+    }
     memcpy(ch->plp + ch->n_plp, r->prompt_logprobs + ch->n_plp, sizeof(float) * (size_t)n_new);
+    if (r->prompt_top)
+        memcpy(ch->plp_top + ch->n_plp, r->prompt_top + ch->n_plp, sizeof(invar_token_info) * (size_t)n_new);
     ch->n_plp = r->n_prompt_logprobs;
 }
 
@@ -194,6 +203,7 @@ static void *engine_main(void *arg) {
             bool done = false;
             if (invar_engine_result(s->engine, ch->engine_id, &r) == 0) {
                 choice_append_plp(ch, &r);
+                if (ch->n_cached != r.n_cached_prompt) ch->n_cached = r.n_cached_prompt; /* set once, at start */
                 if (r.n_tokens > ch->n_toks) choice_append(ch, r.tokens + ch->n_toks, r.n_tokens - ch->n_toks);
                 if (ch->finish == INVAR_FINISH_NONE) ch->finish = r.finish;
                 if (r.finish == INVAR_FINISH_ERROR) snprintf(ch->error, sizeof ch->error, "%s", r.error ? r.error : "error");

@@ -264,6 +264,8 @@ typedef struct {
     text_tracker *tt;
     bool *done, *reported_done, *role_sent;
     int64_t *tok_sent;              /* tokens whose logprobs were sent */
+    invar_finish *fin;              /* per choice: stream_produce's snapshot */
+    char (*errs)[160];
     int n_reported;
     char *out;
     size_t out_len, out_off, out_cap;
@@ -304,8 +306,8 @@ static void stream_produce(stream_ctx *sc) {
     srv_call *c = sc->req.call;
     int n = c->n_choices;
     bool any = false;
-    invar_finish fin[128];
-    char errs[128][160];
+    invar_finish *fin = sc->fin;
+    char(*errs)[160] = sc->errs;
     pthread_mutex_lock(&s->mu);
     for (int attempt = 0; attempt < 2 && !any; attempt++) {
         for (int i = 0; i < n; i++) any |= consume(s, &c->choices[i], &sc->tt[i], &sc->done[i]);
@@ -359,12 +361,14 @@ static void stream_produce(stream_ctx *sc) {
     }
     if (sc->n_reported == n) {
         if (sc->req.include_usage) {
-            int64_t p = 0, g = 0;
+            int64_t p = 0, g = 0, cached = 0;
+            pthread_mutex_lock(&s->mu);
             for (int i = 0; i < n; i++) {
-                if (i % sc->req.n == 0) p += c->choices[i].n_prompt;
+                if (i % sc->req.n == 0) p += c->choices[i].n_prompt, cached += c->choices[i].n_cached;
                 g += sc->tt[i].n_kept;
             }
-            out_event(sc, api_usage_chunk_json(s, &sc->req, p, g));
+            pthread_mutex_unlock(&s->mu);
+            out_event(sc, api_usage_chunk_json(s, &sc->req, p, g, cached));
         }
         out_append(sc, "data: [DONE]\n\n", 14);
         sc->finished = true;
@@ -393,7 +397,8 @@ static void stream_free(void *cls) {
     int n = sc->req.call->n_choices;
     srv_call_finish(sc->s, sc->req.call, !sc->failed && sc->finished, !sc->finished); /* may free the call */
     for (int i = 0; i < n; i++) tt_free(&sc->tt[i]);
-    free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent);
+    free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent), free(sc->fin),
+        free(sc->errs);
     free(sc->out);
     api_request_free(&sc->req);
     free(sc);
@@ -408,9 +413,13 @@ static enum MHD_Result complete_streaming(srv_state *s, struct MHD_Connection *c
         sc->reported_done = calloc((size_t)n, sizeof(bool));
         sc->role_sent = calloc((size_t)n, sizeof(bool));
         sc->tok_sent = calloc((size_t)n, sizeof(int64_t));
+        sc->fin = calloc((size_t)n, sizeof *sc->fin);
+        sc->errs = calloc((size_t)n, sizeof *sc->errs);
     }
-    if (!sc || !sc->tt || !sc->done || !sc->reported_done || !sc->role_sent || !sc->tok_sent) {
-        if (sc) free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent);
+    if (!sc || !sc->tt || !sc->done || !sc->reported_done || !sc->role_sent || !sc->tok_sent || !sc->fin || !sc->errs) {
+        if (sc)
+            free(sc->tt), free(sc->done), free(sc->reported_done), free(sc->role_sent), free(sc->tok_sent),
+                free(sc->fin), free(sc->errs);
         free(sc);
         srv_call_finish(s, r->call, false, false);
         api_request_free(r);

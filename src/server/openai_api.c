@@ -16,7 +16,11 @@ void api_error_set(api_error *e, int status, const char *type, const char *param
                    const char *fmt, ...) {
     e->status = status;
     e->type = type;
-    e->param = param;
+    e->param = NULL;
+    if (param) { /* a copy: the name may live in a decoder's error that goes away */
+        snprintf(e->param_buf, sizeof e->param_buf, "%s", param);
+        e->param = e->param_buf;
+    }
     e->code = code;
     va_list ap;
     va_start(ap, fmt);
@@ -73,20 +77,44 @@ static cJSON *chat_token_entry(srv_state *s, int32_t id, float lp, bool top) {
     return o;
 }
 
+/* A completion token's top_logprobs: the best n alternatives and, like OpenAI's, always the
+ * sampled token (so logprobs: 0 gives a one-entry dict), up to n + 1 entries; tokens whose
+ * texts coincide keep the first (best) entry. */
+static cJSON *top_dict(srv_state *s, const invar_token_info *t, int n) {
+    cJSON *d = cJSON_CreateObject();
+    for (int k = 0; k <= t->n_top && k <= n; k++) {
+        const bool sampled = k == t->n_top || k == n;
+        const int32_t id = sampled ? t->token : t->top_ids[k];
+        char *tk = req_token_text(s->model, id, NULL, NULL);
+        if (!cJSON_GetObjectItemCaseSensitive(d, tk ? tk : ""))
+            add_f32(d, tk ? tk : "", sampled ? t->logprob : t->top_logprobs[k]);
+        free(tk);
+    }
+    return d;
+}
+
 /* Logprobs of the tracker's tokens [from, to), end-of-generation tokens left out (they
  * add no text). Chat: {"content": [...]}; completions: the legacy parallel arrays. */
 
 /* The prompt tokens of an echoed completion: the first has no logprob; the others come from
  * the engine (lps[k - 1], n_lps of them), computed in the prompt's prefill. */
-static void echo_entries(srv_state *s, const srv_choice *ch, const float *lps, int64_t n_lps, cJSON *tokens,
-                         cJSON *tlp, cJSON *tops, cJSON *offs) {
+static void echo_entries(srv_state *s, const api_request *r, const srv_choice *ch, const srv_choice *first,
+                         cJSON *tokens, cJSON *tlp, cJSON *tops, cJSON *offs) {
+    const float *lps = first->plp;
+    const int64_t n_lps = first->n_plp;
     size_t off = 0;
     for (int64_t k = 0; k < ch->n_prompt; k++) {
         char *txt = req_token_text(s->model, ch->prompt[k], NULL, NULL);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(txt ? txt : ""));
         if (k == 0 || k > n_lps) cJSON_AddItemToArray(tlp, cJSON_CreateNull());
         else add_f32(tlp, NULL, lps[k - 1]);
-        cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        /* the first token has no alternatives (nothing before it predicts it) */
+        if (k == 0 || k > n_lps) cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        else if (first->plp_top) cJSON_AddItemToArray(tops, top_dict(s, &first->plp_top[k - 1], r->top_logprobs));
+        else {
+            const invar_token_info only = {.token = ch->prompt[k], .logprob = lps[k - 1], .n_top = 0};
+            cJSON_AddItemToArray(tops, top_dict(s, &only, 0));
+        }
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
         off += txt ? strlen(txt) : 0;
         free(txt);
@@ -115,7 +143,7 @@ static cJSON *logprobs_json(srv_state *s, const api_request *r, const text_track
     cJSON *offs = cJSON_AddArrayToObject(lp, "text_offset");
     if (choice >= 0 && r->echo) { /* the prompt's first choice asked the engine for them */
         const srv_choice *ch = &r->call->choices[choice], *first = &r->call->choices[choice / r->n * r->n];
-        echo_entries(s, ch, first->plp, first->n_plp, tokens, tlp, tops, offs);
+        echo_entries(s, r, ch, first, tokens, tlp, tops, offs);
     }
     for (int64_t i = from; i < to; i++) {
         const invar_token_info *t = &tt->toks[i];
@@ -124,17 +152,7 @@ static cJSON *logprobs_json(srv_state *s, const api_request *r, const text_track
         cJSON_AddItemToArray(tokens, cJSON_CreateString(txt ? txt : ""));
         free(txt);
         add_f32(tlp, NULL, t->logprob);
-        if (r->top_logprobs > 0) {
-            cJSON *d = cJSON_CreateObject();
-            for (int k = 0; k < t->n_top && k < r->top_logprobs; k++) {
-                char *tk = req_token_text(s->model, t->top_ids[k], NULL, NULL);
-                if (!cJSON_GetObjectItemCaseSensitive(d, tk ? tk : "")) add_f32(d, tk ? tk : "", t->top_logprobs[k]);
-                free(tk);
-            }
-            cJSON_AddItemToArray(tops, d);
-        } else {
-            cJSON_AddItemToArray(tops, cJSON_CreateNull());
-        }
+        cJSON_AddItemToArray(tops, top_dict(s, t, r->top_logprobs));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(text_base + tt->tok_start[i])));
     }
     return lp;
@@ -150,11 +168,14 @@ static cJSON *envelope(srv_state *s, const api_request *r, const char *object) {
     return o;
 }
 
-static void add_usage(cJSON *o, int64_t prompt, int64_t completion) {
+/* cached: prompt tokens whose K/V came from the prefix cache (whole 16-token blocks). */
+static void add_usage(cJSON *o, int64_t prompt, int64_t completion, int64_t cached) {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", (double)cached);
 }
 
 static char *print_free(cJSON *o) {
@@ -163,16 +184,43 @@ static char *print_free(cJSON *o) {
     return s;
 }
 
+/* A candidate's mean logprob per kept token (0 for none), summed in token order. */
+static double mean_logprob(const text_tracker *tt) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < tt->n_kept; k++) sum += tt->toks[k].logprob;
+    return tt->n_kept ? sum / (double)tt->n_kept : 0.0;
+}
+
+/* best_of: the n_out candidates of prompt p with the highest mean logprob, best first (ties:
+ * the lower candidate), into pick[0, n_out) as choice indices. */
+static void pick_best(const api_request *r, const text_tracker *tt, int p, int *pick) {
+    int n = 0;
+    for (int c = p * r->n; c < (p + 1) * r->n; c++) {
+        const double m = mean_logprob(&tt[c]);
+        int at = n < r->n_out ? n++ : r->n_out;
+        while (at > 0 && m > mean_logprob(&tt[pick[at - 1]])) {
+            if (at < r->n_out) pick[at] = pick[at - 1];
+            at--;
+        }
+        if (at < r->n_out) pick[at] = c;
+    }
+}
+
 char *api_response_json(srv_state *s, const api_request *r, const text_tracker *tt, const invar_finish *finish) {
     cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    int64_t prompt_tokens = 0, completion_tokens = 0;
-    for (int i = 0; i < r->call->n_choices; i++) {
-        const srv_choice *ch = &r->call->choices[i];
-        if (i % r->n == 0) prompt_tokens += ch->n_prompt;
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+    for (int i = 0; i < r->call->n_choices; i++) { /* every candidate's tokens count */
+        if (i % r->n == 0) prompt_tokens += r->call->choices[i].n_prompt, cached += r->call->choices[i].n_cached;
         completion_tokens += tt[i].n_kept;
+    }
+    int pick[SRV_MAX_N];
+    for (int out = 0; out < r->n_prompts * r->n_out; out++) {
+        const int k = out % r->n_out;
+        if (k == 0) pick_best(r, tt, out / r->n_out, pick);
+        const int i = r->n == r->n_out ? out : pick[k];
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", i);
+        cJSON_AddNumberToObject(c, "index", out);
         char *text = tt_text(&tt[i], 0, tt[i].len);
         size_t base = 0;
         if (r->chat) {
@@ -197,7 +245,7 @@ char *api_response_json(srv_state *s, const api_request *r, const text_tracker *
         cJSON_AddStringToObject(c, "finish_reason", api_finish_reason(finish[i], tt[i].stopped));
         cJSON_AddItemToArray(choices, c);
     }
-    add_usage(o, prompt_tokens, completion_tokens);
+    add_usage(o, prompt_tokens, completion_tokens, cached);
     return print_free(o);
 }
 
@@ -223,9 +271,10 @@ char *api_chunk_json(srv_state *s, const api_request *r, int index, const char *
     return print_free(o);
 }
 
-char *api_usage_chunk_json(srv_state *s, const api_request *r, int64_t prompt_tokens, int64_t completion_tokens) {
+char *api_usage_chunk_json(srv_state *s, const api_request *r, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t cached_tokens) {
     cJSON *o = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(o, "choices");
-    add_usage(o, prompt_tokens, completion_tokens);
+    add_usage(o, prompt_tokens, completion_tokens, cached_tokens);
     return print_free(o);
 }

@@ -13,14 +13,16 @@ typedef struct {
     int status;                 /* HTTP status */
     char message[256];
     const char *type;           /* invalid_request_error, ... */
-    const char *param;          /* may be NULL */
+    const char *param;          /* may be NULL; else points at param_buf */
+    char param_buf[80];
     const char *code;           /* may be NULL */
 } api_error;
 
 typedef struct {
     bool chat, stream, include_usage, logprobs, echo;
     int top_logprobs;
-    int n;                      /* choices per prompt */
+    int n;     /* candidates per prompt: best_of (n unless given) */
+    int n_out; /* choices per prompt returned: n (<= the n candidates) */
     int n_prompts;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
@@ -46,6 +48,7 @@ char *api_response_json(srv_state *s, const api_request *r, const text_tracker *
  * [from, to) with their logprobs, finish reason (NULL while running), role (chat first chunk). */
 char *api_chunk_json(srv_state *s, const api_request *r, int index, const char *delta, const text_tracker *tt,
                      int64_t from, int64_t to, const char *finish, bool role);
-char *api_usage_chunk_json(srv_state *s, const api_request *r, int64_t prompt_tokens, int64_t completion_tokens);
+char *api_usage_chunk_json(srv_state *s, const api_request *r, int64_t prompt_tokens, int64_t completion_tokens,
+                           int64_t cached_tokens);
 
 #endif

@@ -47,6 +47,7 @@ static void from_req_error(api_error *e, const req_error *re) {
     case REQ_ERR_VALUE: code = "invalid_value"; break;
     case REQ_ERR_MISSING: code = "missing_required_parameter"; break;
     case REQ_ERR_TEMPLATE: break;
+    case REQ_ERR_UNSUPPORTED: code = "unsupported_parameter"; break;
     }
     api_error_set(e, 400, "invalid_request_error", re->param, code, "%s", re->message);
 }
@@ -86,16 +87,47 @@ static int parse_api_fields(srv_state *s, const cJSON *o, bool chat, api_request
     const cJSON *so = field(o, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return BAD_TYPE(e, "stream_options", "an object");
+        if (!r->stream) {
+            api_error_set(e, 400, "invalid_request_error", "stream_options", "invalid_value",
+                          "'stream_options' is only allowed with 'stream': true");
+            return -1;
+        }
+        const cJSON *it;
+        cJSON_ArrayForEach(it, so) {
+            if (strcmp(it->string, "include_usage")) {
+                api_error_set(e, 400, "invalid_request_error", "stream_options", "unsupported_parameter",
+                              "'stream_options' supports include_usage only");
+                return -1;
+            }
+        }
         if (get_bool(so, "include_usage", &r->include_usage, e)) return -1;
     }
     const cJSON *n = field(o, "n");
     if (n) {
         if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble)) return BAD_TYPE(e, "n", "an integer");
-        if (n->valuedouble < 1 || n->valuedouble > 128) {
-            api_error_set(e, 400, "invalid_request_error", "n", "invalid_value", "'n' must be in [1, 128]");
+        if (n->valuedouble < 1 || n->valuedouble > SRV_MAX_N) {
+            api_error_set(e, 400, "invalid_request_error", "n", "invalid_value", "'n' must be in [1, %d]", SRV_MAX_N);
             return -1;
         }
-        r->n = (int)n->valuedouble;
+        r->n = r->n_out = (int)n->valuedouble;
+    }
+    /* best_of: candidates per prompt (candidate i samples with seed + i), of which the n
+     * with the highest mean logprob are returned (api_response_json); not with stream. */
+    const cJSON *bo = field(o, "best_of");
+    if (bo) {
+        if (!cJSON_IsNumber(bo) || bo->valuedouble != floor(bo->valuedouble))
+            return BAD_TYPE(e, "best_of", "an integer");
+        if (bo->valuedouble < r->n_out || bo->valuedouble > SRV_MAX_N) {
+            api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value", "'best_of' must be in [n, %d]",
+                          SRV_MAX_N);
+            return -1;
+        }
+        r->n = (int)bo->valuedouble;
+        if (r->stream && r->n > r->n_out) {
+            api_error_set(e, 400, "invalid_request_error", "best_of", "invalid_value",
+                          "'best_of' greater than 'n' cannot be streamed");
+            return -1;
+        }
     }
     if (!chat && get_bool(o, "echo", &r->echo, e)) return -1;
     return parse_stop(o, r, e);
@@ -119,8 +151,10 @@ static int check_context(srv_state *s, const req_decoded *d, api_error *e) {
 
 /* The call: choice i of a prompt samples with seed + i. */
 static int build_call(srv_state *s, const req_decoded *d, api_request *r, api_error *e) {
-    if (r->n * r->n_prompts > 128) {
-        api_error_set(e, 400, "invalid_request_error", "n", "invalid_value", "at most 128 choices per request");
+    const int max_choices = s->max_prompts > SRV_MAX_N ? s->max_prompts : SRV_MAX_N;
+    if (r->n * r->n_prompts > max_choices) {
+        api_error_set(e, 400, "invalid_request_error", "n", "invalid_value",
+                      "at most %d choices (n x prompts) per request", max_choices);
         return -1;
     }
     r->call = srv_call_new(r->n * r->n_prompts);
@@ -133,8 +167,10 @@ static int build_call(srv_state *s, const req_decoded *d, api_request *r, api_er
             ch->samp.seed = d->samp.seed + (uint64_t)i; /* choice i of n draws with seed + i */
             /* Default length: OpenAI's 16 for completions, the rest of the context for chat. */
             int64_t mt = d->max_tokens_given ? d->samp.max_tokens : r->chat ? s->n_ctx - rp->n_ids : 16;
+            if (!d->max_tokens_given && mt < d->samp.min_tokens) mt = d->samp.min_tokens;
             if (mt > s->n_ctx - rp->n_ids) mt = s->n_ctx - rp->n_ids;
             ch->samp.max_tokens = (int32_t)mt;
+            if (ch->samp.min_tokens > mt) ch->samp.min_tokens = (int32_t)mt; /* the context ends it first */
             /* echo + logprobs: the engine computes the prompt's logprobs during this
              * choice's own prefill (one choice per prompt; streams carry none). */
             ch->samp.prompt_logprobs = r->echo && r->logprobs && !r->stream && i == 0;
@@ -153,7 +189,7 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->chat = chat;
-    r->n = 1;
+    r->n = r->n_out = 1;
     r->created = (long long)time(NULL);
     snprintf(r->id, sizeof r->id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)atomic_fetch_add(&next_id, 1));
     bool trailing;
@@ -172,7 +208,7 @@ int api_parse(srv_state *s, const char *body, size_t len, bool chat, api_request
         goto out;
     }
     if (parse_api_fields(s, o, chat, r, e)) goto out;
-    if (req_decode(s->model, o, chat ? REQ_CHAT : REQ_COMPLETION, &d, &re)) {
+    if (req_decode_limit(s->model, o, chat ? REQ_CHAT : REQ_COMPLETION, s->max_prompts, &d, &re)) {
         from_req_error(e, &re);
         goto out;
     }

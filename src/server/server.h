@@ -12,6 +12,8 @@
 #include "invar.h"
 
 #define SRV_MAX_STOPS 4
+#define SRV_MAX_N 128              /* choices per prompt (n, best_of) */
+#define SRV_MAX_PROMPTS_LIMIT 4096 /* the most --max-prompts-per-request allows */
 #define SRV_LATENCY_BUCKETS 12
 
 struct srv_call;
@@ -28,7 +30,9 @@ typedef struct srv_choice {
     invar_token_info *toks;     /* tokens reported so far (owned) */
     int64_t n_toks, cap_toks;
     float *plp;                 /* prompt logprobs so far (samp.prompt_logprobs; owned) */
+    invar_token_info *plp_top;  /* their top alternatives (with top_logprobs; owned) */
     int64_t n_plp;
+    int64_t n_cached;           /* prompt tokens the prefix cache supplied */
     invar_finish finish;        /* NONE while the engine still runs it */
     char error[160];
     bool want_cancel;           /* set by the connection: stop string or client gone */
@@ -60,6 +64,7 @@ typedef struct {
     int max_connections_per_ip;
     int idle_timeout_s;         /* silence on a connection closes it (MHD) */
     int request_timeout_s;      /* a request must arrive whole within this (conn_guard.c) */
+    int max_prompts;            /* prompts one completion request may carry */
 
     pthread_mutex_t mu;
     pthread_cond_t work;        /* engine thread waits here for submissions/cancels */

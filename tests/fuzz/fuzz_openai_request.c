@@ -22,6 +22,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     g_state.model_name = "SmolLM2-135M-Instruct.Q4_1.gguf";
     g_state.n_ctx = 256;
     g_state.max_body = 1 << 20;
+    g_state.max_prompts = 64;
     pthread_mutex_init(&g_state.mu, NULL);
     pthread_cond_init(&g_state.work, NULL);
     return 0;

@@ -742,7 +742,9 @@ def test_speculation_changes_no_bit(server):
                 if stream:  # a step may now send several tokens in one event: compare what arrives
                     assert stream_content(plain) == stream_content(spec), body
                 else:
-                    strip = lambda t: re.sub(r'"(id|created|system_fingerprint)":("[^"]*"|\d+)', "", t)  # noqa: E731
+                    # cached_tokens follows what each server's prefix cache holds, not the output
+                    strip = lambda t: re.sub(r'"(id|created|system_fingerprint|cached_tokens)":("[^"]*"|\d+)', "",  # noqa: E731
+                                             t)
                     assert strip(plain) == strip(spec), body
         m = metrics(port)
         assert 0 < m["invar_spec_accepted_total"] <= m["invar_spec_drafted_total"]

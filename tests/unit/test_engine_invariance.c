@@ -5,7 +5,10 @@
  * temperature 0.8 with seeds. Negative controls: the same check finds mismatches on an
  * engine whose matmul splits K by batch size, whose attention splits the keys at
  * boundaries that follow the number of tokens in the forward (ATTN_SPLIT_BY_BATCH), or
- * whose sampler keys a row's draw by its place in the step (backend_cpu_set_draw_by_row). */
+ * whose sampler keys a row's draw by its place in the step (backend_cpu_set_draw_by_row).
+ * A third of the requests use per-request logits processing (penalties, logit_bias,
+ * min_tokens, stop_token_ids), each with parameters of its own; their control reads a
+ * penalty history shared by the batch (invar_engine_testing_set_shared_history). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,21 +26,38 @@
 static invar_model *g_model;
 static prompt_ids *g_prompts;
 
-static invar_sampling mode_sampling(int sampled, int prompt) {
+/* Modes: 0 greedy, 1 sampled, 2 logits processing (penalties, logit_bias, min_tokens,
+ * stop_token_ids; greedy or sampled by prompt), each with parameters of its own prompt. */
+#define N_MODES 3
+/* Prompts that also run in mode 2 (each reference costs a solo run): the first g_processed. */
+static int g_processed;
+static int has_mode(int prompt, int mode) { return mode < 2 || prompt < g_processed; }
+static invar_sampling mode_sampling(int mode, int prompt) {
     invar_sampling s;
     invar_sampling_default(&s);
     s.max_tokens = MAX_TOKENS;
-    if (sampled) {
+    if (mode == 1 || (mode == 2 && prompt % 2)) {
         s.temperature = 0.8f;
         s.seed = 12345u + (uint64_t)prompt;
         s.top_p = 0.95f;
+    }
+    if (mode == 2) {
+        s.repetition_penalty = 1.3f + 0.1f * (float)(prompt % 3);
+        s.frequency_penalty = 0.5f + 0.25f * (float)(prompt % 2);
+        s.presence_penalty = 0.4f;
+        s.min_tokens = 2 + prompt % 3;
+        s.n_logit_bias = 2;
+        s.logit_bias[0] = (invar_logit_bias){(int32_t)(100 + 17 * prompt), 3.0f};
+        s.logit_bias[1] = (invar_logit_bias){(int32_t)(1000 + prompt), -100.0f};
+        s.n_stop_token_ids = 1;
+        s.stop_token_ids[0] = (int32_t)(30 + prompt); /* rare ASCII tokens */
     }
     return s;
 }
 
 /* The engine's real path, or one deliberately non-invariant part of it (the negative
  * controls): the matmul, the attention split or the sampler's draw. */
-typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW } variant;
+typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW, SHARED_HISTORY } variant;
 
 static void make_variant(invar_engine *e, variant v) {
     struct backend *be = invar_engine_testing_backend(e);
@@ -46,6 +66,7 @@ static void make_variant(invar_engine *e, variant v) {
     case SPLITK_BY_M: assert_int_equal(invar_engine_testing_set_matmul(e, cpu_matmul_splitk_by_m), 0); break;
     case ATTN_BY_BATCH: assert_int_equal(backend_cpu_set_attention(be, ATTN_SPLIT_BY_BATCH), 0); break;
     case DRAW_BY_ROW: assert_int_equal(backend_cpu_set_draw_by_row(be, true), 0); break;
+    case SHARED_HISTORY: invar_engine_testing_set_shared_history(e, true); break;
     }
 }
 
@@ -96,20 +117,21 @@ static int rnd(int n) {
 /* References: every (prompt, mode) alone. Then trials of random batches; returns the
  * number of requests whose output differed from their reference (of them, *greedy_bad at
  * temperature 0). */
-static int check_batches(variant v, int n_prompts, const int *sizes, int n_trials, int all_at_once,
-                         int *n_compared, int *greedy_bad) {
+static int check_batches(variant v, int n_prompts, const int *sizes, int n_trials, int all_at_once, int *n_compared,
+                         int *greedy_bad, int *processed_bad) {
     invar_engine_config alone_cfg;
     invar_engine_config_default(&alone_cfg);
     alone_cfg.n_threads = 1;
     alone_cfg.max_batch = 1;
-    run_out *ref = calloc((size_t)n_prompts * 2, sizeof *ref);
-    for (int i = 0; i < n_prompts * 2; i++) {
+    run_out *ref = calloc((size_t)n_prompts * N_MODES, sizeof *ref);
+    for (int i = 0; i < n_prompts * N_MODES; i++) {
         int p = i % n_prompts, smp = i / n_prompts, zero = 0;
+        if (!has_mode(p, smp)) continue;
         run_batch(&p, &smp, &zero, 1, &alone_cfg, v, &ref[i]);
         assert_true(ref[i].n > 0);
     }
     int mismatches = 0;
-    *n_compared = *greedy_bad = 0;
+    *n_compared = *greedy_bad = *processed_bad = 0;
     for (int t = 0; t < n_trials; t++) {
         int n = sizes[t];
         int *prompt_of = malloc(sizeof(int) * (size_t)n), *sampled_of = malloc(sizeof(int) * (size_t)n);
@@ -117,7 +139,7 @@ static int check_batches(variant v, int n_prompts, const int *sizes, int n_trial
         run_out *out = calloc((size_t)n, sizeof *out);
         for (int i = 0; i < n; i++) {
             prompt_of[i] = rnd(n_prompts); /* duplicates allowed: identical requests side by side */
-            sampled_of[i] = rnd(2);
+            sampled_of[i] = rnd(has_mode(prompt_of[i], 2) ? N_MODES : 2);
             order[i] = i;
         }
         for (int i = n - 1; i > 0; i--) {
@@ -136,6 +158,7 @@ static int check_batches(variant v, int n_prompts, const int *sizes, int n_trial
             const int differs = !same(&out[i], &ref[sampled_of[i] * n_prompts + prompt_of[i]]);
             mismatches += differs;
             *greedy_bad += differs && !sampled_of[i];
+            *processed_bad += differs && sampled_of[i] == 2;
             (*n_compared)++;
         }
         free(prompt_of), free(sampled_of), free(order), free(out);
@@ -153,11 +176,12 @@ static int quick(void) {
 
 static void test_batches_equal_alone(void **state) {
     (void)state;
+    g_processed = quick() ? 2 : 8;
     static const int sizes[] = {2, 64, 5, 33, 17, 9};
     static const int quick_sizes[] = {2, 24, 7};
-    int compared, greedy_bad;
-    int mismatches = quick() ? check_batches(REAL, 8, quick_sizes, 3, 0, &compared, &greedy_bad)
-                             : check_batches(REAL, N_PROMPTS, sizes, 6, 0, &compared, &greedy_bad);
+    int compared, greedy_bad, processed_bad;
+    int mismatches = quick() ? check_batches(REAL, 8, quick_sizes, 3, 0, &compared, &greedy_bad, &processed_bad)
+                             : check_batches(REAL, N_PROMPTS, sizes, 6, 0, &compared, &greedy_bad, &processed_bad);
     printf("# invariant engine: %d/%d batched requests differ from alone\n", mismatches, compared);
     assert_true(compared >= (quick() ? 33 : 128));
     assert_int_equal(mismatches, 0);
@@ -166,11 +190,12 @@ static void test_batches_equal_alone(void **state) {
 /* The negative controls: the same check on an engine with one non-invariant part, for one
  * batch of 16 requests that all run together (a fixed draw of the check's random choices,
  * so that the result does not depend on the tests run before). */
-static int control_mismatches(variant v, const char *what, int *greedy_bad) {
+static int control_mismatches(variant v, const char *what, int *greedy_bad, int *processed_bad) {
     static const int sizes[] = {16};
     int compared;
     g_rng = 0x2545F4914F6CDD1DULL;
-    int mismatches = check_batches(v, 6, sizes, 1, 1, &compared, greedy_bad);
+    g_processed = v == SHARED_HISTORY ? 6 : 0; /* only its control needs mode 2 */
+    int mismatches = check_batches(v, 6, sizes, 1, 1, &compared, greedy_bad, processed_bad);
     printf("# negative control (%s): %d/%d batched requests differ (%d greedy)\n", what, mismatches, compared,
            *greedy_bad);
     return mismatches;
@@ -179,16 +204,16 @@ static int control_mismatches(variant v, const char *what, int *greedy_bad) {
 static void test_negative_control_splitk_by_batch_size(void **state) {
     (void)state;
     if (quick()) skip(); /* the Release run holds the negative controls */
-    int greedy_bad;
-    assert_true(control_mismatches(SPLITK_BY_M, "split-K by batch size", &greedy_bad) > 0);
+    int greedy_bad, processed_bad;
+    assert_true(control_mismatches(SPLITK_BY_M, "split-K by batch size", &greedy_bad, &processed_bad) > 0);
 }
 
 /* Attention whose split boundaries follow the number of tokens in the forward. */
 static void test_negative_control_attention_split_by_batch(void **state) {
     (void)state;
     if (quick()) skip();
-    int greedy_bad;
-    assert_true(control_mismatches(ATTN_BY_BATCH, "attention split by batch", &greedy_bad) > 0);
+    int greedy_bad, processed_bad;
+    assert_true(control_mismatches(ATTN_BY_BATCH, "attention split by batch", &greedy_bad, &processed_bad) > 0);
     assert_true(greedy_bad > 0); /* the logits themselves changed */
 }
 
@@ -196,9 +221,21 @@ static void test_negative_control_attention_split_by_batch(void **state) {
 static void test_negative_control_draw_by_row(void **state) {
     (void)state;
     if (quick()) skip();
-    int greedy_bad;
-    assert_true(control_mismatches(DRAW_BY_ROW, "sampler draw by row index", &greedy_bad) > 0);
+    int greedy_bad, processed_bad;
+    assert_true(control_mismatches(DRAW_BY_ROW, "sampler draw by row index", &greedy_bad, &processed_bad) > 0);
     assert_int_equal(greedy_bad, 0);
+}
+
+/* Penalties read a history shared by the step's rows instead of the request's own: only
+ * requests with logits processing can change, and some of them must. */
+static void test_negative_control_shared_history(void **state) {
+    (void)state;
+    if (quick()) skip();
+    int greedy_bad, processed_bad;
+    const int bad = control_mismatches(SHARED_HISTORY, "penalty history shared by the batch", &greedy_bad,
+                                       &processed_bad);
+    assert_true(processed_bad > 0);
+    assert_int_equal(bad, processed_bad);
 }
 
 static int setup(void **state) {
@@ -222,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_negative_control_splitk_by_batch_size),
         cmocka_unit_test(test_negative_control_attention_split_by_batch),
         cmocka_unit_test(test_negative_control_draw_by_row),
+        cmocka_unit_test(test_negative_control_shared_history),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -395,12 +395,72 @@ static void test_negative_control(void **state) {
     invar_engine_free(e);
 }
 
+/* With top_logprobs: each prompt position's alternatives are the top of its raw logits row
+ * (invar_engine_logits), against the same logprob the entry reports for the prompt token;
+ * a batch of two (chunked) gives the same entries as the prompt alone. */
+static void test_prompt_alternatives(void **state) {
+    (void)state;
+    const int p = 0, K = 3;
+    const int64_t n = g_n[p], V = invar_model_n_vocab(g_model);
+    invar_token_info *alone = NULL;
+    for (int run = 0; run < 2; run++) {
+        invar_engine_config c = config(run ? 2 : 1, run ? 7 : 512, 0, false);
+        invar_engine *e = make_engine(&c, NULL);
+        invar_sampling s;
+        invar_sampling_default(&s);
+        s.max_tokens = 2;
+        s.prompt_logprobs = true;
+        s.top_logprobs = K;
+        if (run) submit(e, 1, 0, true); /* a neighbour */
+        int64_t id = invar_engine_submit(e, g_ids[p], n, &s);
+        while (invar_engine_step(e) > 0) {}
+        invar_result r;
+        assert_int_equal(invar_engine_result(e, id, &r), 0);
+        assert_int_equal(r.n_prompt_logprobs, n - 1);
+        assert_non_null(r.prompt_top);
+        if (!run) {
+            float *logits = malloc(sizeof(float) * (size_t)(n * V));
+            char err[200];
+            assert_int_equal(invar_engine_logits(e, g_ids[p], n, 0, logits, err, sizeof err), 0);
+            for (int64_t i = 0; i + 1 < n; i++) {
+                const invar_token_info *t = &r.prompt_top[i];
+                assert_int_equal(t->token, g_ids[p][i + 1]);
+                assert_true(t->logprob == r.prompt_logprobs[i]);
+                assert_int_equal(t->n_top, K);
+                const float *row = logits + i * V;
+                for (int k = 0; k < K; k++) {
+                    for (int64_t v = 0; v < V; v++) /* nothing better outside the list */
+                        if (row[v] > row[t->top_ids[k]]) {
+                            bool listed = false;
+                            for (int q = 0; q < k; q++) listed |= t->top_ids[q] == v;
+                            assert_true(listed);
+                        }
+                    assert_true(t->top_logprobs[k] <= (k ? t->top_logprobs[k - 1] : 0.0f));
+                }
+                if (t->top_ids[0] == t->token) assert_true(t->top_logprobs[0] == t->logprob);
+            }
+            free(logits);
+            alone = malloc(sizeof *alone * (size_t)(n - 1));
+            memcpy(alone, r.prompt_top, sizeof *alone * (size_t)(n - 1));
+        } else {
+            for (int64_t i = 0; i + 1 < n; i++) {
+                const invar_token_info *a = &alone[i], *b = &r.prompt_top[i];
+                assert_true(a->token == b->token && a->logprob == b->logprob && a->n_top == b->n_top);
+                assert_memory_equal(a->top_ids, b->top_ids, sizeof(int32_t) * K);
+                assert_memory_equal(a->top_logprobs, b->top_logprobs, sizeof(float) * K);
+            }
+        }
+        invar_engine_free(e);
+    }
+    free(alone);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chunks_in_batches),   cmocka_unit_test(test_streamed_in_order),
-        cmocka_unit_test(test_warm_prefix_cache),   cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_preempted_mid_prefill),
-        cmocka_unit_test(test_cancel_mid_prefill),  cmocka_unit_test(test_negative_control),
+        cmocka_unit_test(test_chunks_in_batches),     cmocka_unit_test(test_streamed_in_order),
+        cmocka_unit_test(test_warm_prefix_cache),     cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preempted_mid_prefill), cmocka_unit_test(test_cancel_mid_prefill),
+        cmocka_unit_test(test_negative_control),      cmocka_unit_test(test_prompt_alternatives),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

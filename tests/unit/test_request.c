@@ -128,7 +128,7 @@ static void test_defaults(void **state) {
     invar_sampling_default(&def);
     for (int k = 0; k < 2; k++) {
         req_decoded d;
-        expect_ok("{\"prompt\": \"x\", \"seed\": null, \"unknown\": [1]}", KINDS[k], &d);
+        expect_ok("{\"prompt\": \"x\", \"seed\": null}", KINDS[k], &d);
         assert_same_sampling(&d.samp, &def);
         assert_false(d.max_tokens_given || d.logprobs);
         req_decoded_free(&d);
@@ -305,6 +305,109 @@ static void test_parse_json_whole(void **state) {
     assert_false(trailing);
 }
 
+/* A field no one reads is an error naming it, never ignored. */
+static void test_unknown_fields(void **state) {
+    (void)state;
+    expect_error("{\"prompt\": \"x\", \"unknown\": [1]}", PROMPT_KINDS, REQ_ERR_UNSUPPORTED, "unknown", "unknown");
+    expect_error("{\"prompt\": \"x\", \"suffix\": \"y\"}", PROMPT_KINDS, REQ_ERR_UNSUPPORTED, "suffix", "suffix");
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}", CHAT_KINDS,
+                 REQ_ERR_UNSUPPORTED, "tools", NULL);
+    expect_error("{\"prompt\": \"x\", \"echo\": true}", 1u, REQ_ERR_UNSUPPORTED, "echo", NULL); /* batch */
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"bob\"}]}", CHAT_KINDS,
+                 REQ_ERR_UNSUPPORTED, "messages", "'name'");
+    req_decoded d;
+    expect_ok("{\"prompt\": \"x\", \"id\": 7}", REQ_BATCH, &d);
+    req_decoded_free(&d);
+    expect_ok("{\"prompt\": \"x\", \"echo\": true, \"n\": 1, \"user\": \"u\"}", REQ_COMPLETION, &d);
+    req_decoded_free(&d);
+}
+
+/* seed: an unsigned 64-bit integer from its digits. */
+static void test_seed_exact(void **state) {
+    (void)state;
+    static const struct {
+        const char *json;
+        uint64_t seed;
+    } ok[] = {{"{\"prompt\": \"x\", \"seed\": 9007199254740993}", 9007199254740993ull},
+              {"{\"prompt\": \"x\", \"seed\": 9007199254740992}", 9007199254740992ull},
+              {"{\"prompt\": \"x\", \"seed\" : 18446744073709551615}", 18446744073709551615ull},
+              {"{\"x\": {\"seed\": 5}, \"prompt\": \"x\", \"seed\": 0}", 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        for (int k = 0; k < 2; k++) {
+            req_decoded d;
+            req_error e;
+            if (strstr(ok[i].json, "\"x\": {")) { /* unknown field: only the raw scan is under test */
+                bool trailing;
+                cJSON *o = req_parse_json(ok[i].json, strlen(ok[i].json), &trailing);
+                assert_true(cJSON_IsRaw(cJSON_GetObjectItem(o, "seed")));
+                assert_string_equal(cJSON_GetObjectItem(o, "seed")->valuestring, "0");
+                cJSON_Delete(o);
+                continue;
+            }
+            if (decode(ok[i].json, KINDS[k], &d, &e)) fail_msg("%s: %s", ok[i].json, e.message);
+            assert_true(d.samp.seed == ok[i].seed);
+            req_decoded_free(&d);
+        }
+    const char *bad[] = {"{\"prompt\": \"x\", \"seed\": 18446744073709551616}", "{\"prompt\": \"x\", \"seed\": -1}",
+                         "{\"prompt\": \"x\", \"seed\": 1.5}", "{\"prompt\": \"x\", \"seed\": \"1\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(bad[i], PROMPT_KINDS, i >= 2 ? REQ_ERR_TYPE : REQ_ERR_VALUE, "seed", NULL);
+}
+
+static void test_processing_fields(void **state) {
+    (void)state;
+    req_decoded d;
+    expect_ok("{\"prompt\": \"x\", \"presence_penalty\": 0.5, \"frequency_penalty\": -1, \"repetition_penalty\": 1.3,"
+              " \"min_tokens\": 100, \"stop_token_ids\": [2, 7], \"logit_bias\": {\"5\": -100, \"9\": 2.5}}",
+              REQ_BATCH, &d);
+    assert_true(d.samp.presence_penalty == 0.5f && d.samp.frequency_penalty == -1.0f);
+    assert_true(d.samp.repetition_penalty == 1.3f);
+    assert_int_equal(d.samp.min_tokens, 100);
+    assert_int_equal(d.samp.max_tokens, 100); /* the default length grows to min_tokens */
+    assert_int_equal(d.samp.n_stop_token_ids, 2);
+    assert_int_equal(d.samp.stop_token_ids[1], 7);
+    assert_int_equal(d.samp.n_logit_bias, 2);
+    assert_int_equal(d.samp.logit_bias[1].token, 9);
+    assert_true(d.samp.logit_bias[1].bias == 2.5f);
+    req_decoded_free(&d);
+    static const struct {
+        const char *json;
+        req_error_kind kind;
+        const char *param;
+    } bad[] = {
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 1}}", REQ_ERR_VALUE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"49152\": 1}}", REQ_ERR_VALUE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", REQ_ERR_VALUE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"1x\": 1}}", REQ_ERR_VALUE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"1\": 101}}", REQ_ERR_VALUE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": {\"1\": \"a\"}}", REQ_ERR_TYPE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"logit_bias\": [1]}", REQ_ERR_TYPE, "logit_bias"},
+        {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", REQ_ERR_VALUE, "presence_penalty"},
+        {"{\"prompt\": \"x\", \"frequency_penalty\": \"1\"}", REQ_ERR_TYPE, "frequency_penalty"},
+        {"{\"prompt\": \"x\", \"repetition_penalty\": 0}", REQ_ERR_VALUE, "repetition_penalty"},
+        {"{\"prompt\": \"x\", \"min_tokens\": 5, \"max_tokens\": 4}", REQ_ERR_VALUE, "min_tokens"},
+        {"{\"prompt\": \"x\", \"stop_token_ids\": [49152]}", REQ_ERR_VALUE, "stop_token_ids"},
+        {"{\"prompt\": \"x\", \"stop_token_ids\": 3}", REQ_ERR_TYPE, "stop_token_ids"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(bad[i].json, PROMPT_KINDS, bad[i].kind, bad[i].param, NULL);
+}
+
+/* The developer role is the system role. */
+static void test_developer_role(void **state) {
+    (void)state;
+    req_decoded a, b;
+    expect_ok("{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+              "\"content\": \"Hi\"}]}",
+              REQ_CHAT, &a);
+    expect_ok("{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+              "\"Hi\"}]}",
+              REQ_CHAT, &b);
+    assert_same_prompt(&a.prompts[0], &b.prompts[0]);
+    req_decoded_free(&a);
+    req_decoded_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_and_server_decode_alike),
@@ -314,6 +417,10 @@ int main(void) {
         cmocka_unit_test(test_speculation_fields),
         cmocka_unit_test(test_prompts),
         cmocka_unit_test(test_parse_json_whole),
+        cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_seed_exact),
+        cmocka_unit_test(test_processing_fields),
+        cmocka_unit_test(test_developer_role),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

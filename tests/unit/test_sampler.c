@@ -84,12 +84,12 @@ static invar_sampling params(float t, int32_t k, float p, float minp, uint64_t s
 }
 
 static int32_t g_work_idx[V + 64];
-static float g_work_p[V + 64];
+static float g_work_p[2 * V + 64];
 
 static invar_token_info choose(const float *x, int64_t n, const invar_sampling *s, int64_t pos) {
     invar_token_info info;
     memset(&info, 0, sizeof info);
-    sampler_choose(x, n, s, pos, &info, g_work_idx, g_work_p);
+    sampler_choose(x, n, s, pos, NULL, &info, g_work_idx, g_work_p);
     return info;
 }
 
@@ -586,6 +586,60 @@ static void test_same_inputs_same_token(void **state) {
     assert_true(seed_changes > 90);
 }
 
+/* The processing order of invar.h, value by value: repetition, then frequency/presence on
+ * output tokens only, then logit_bias, then min_tokens' mask; the raw row is reported. */
+static void test_logits_processing(void **state) {
+    (void)state;
+    float x[8] = {2.0f, -1.0f, 0.5f, 3.0f, 1.0f, -2.0f, 0.0f, 4.0f}, out[8];
+    const int32_t seq[] = {0, 1, 3, 3, 2, 3}; /* prompt 0 1 3, output 3 2 3 */
+    const int32_t eog[] = {7};
+    sampler_history h = {seq, 6, 3, eog, 1};
+    invar_sampling s;
+    invar_sampling_default(&s);
+    s.repetition_penalty = 2.0f;
+    s.frequency_penalty = 0.5f;
+    s.presence_penalty = 0.25f;
+    s.n_logit_bias = 2;
+    s.logit_bias[0] = (invar_logit_bias){4, 10.0f};
+    s.logit_bias[1] = (invar_logit_bias){4, -1.0f}; /* summed in order */
+    s.min_tokens = 4;                               /* 3 output tokens so far: eog masked */
+    s.n_stop_token_ids = 1;
+    s.stop_token_ids[0] = 6;
+    assert_true(sampler_processes(&s));
+    int32_t counts[8];
+    for (int i = 0; i < 8; i++) counts[i] = 12345; /* not cleared by the caller */
+    sampler_process(x, 8, &s, &h, out, counts);
+    assert_true(out[0] == 1.0f);                       /* prompt only: repetition */
+    assert_true(out[1] == -2.0f);                      /* negative: times p */
+    assert_true(out[2] == 0.25f - (1 * 0.5f + 0.25f)); /* output once */
+    assert_true(out[3] == 1.5f - (2 * 0.5f + 0.25f));  /* output twice */
+    assert_true(out[4] == 1.0f + 10.0f - 1.0f);
+    assert_true(out[5] == -2.0f);
+    assert_true(out[6] == -INFINITY && out[7] == -INFINITY);
+    /* greedy picks the processed argmax (4) and reports its raw logprob */
+    int32_t work_idx[8];
+    float work_p[16];
+    invar_token_info info, raw;
+    sampler_choose(x, 8, &s, 6, &h, &info, work_idx, work_p);
+    assert_int_equal(info.token, 4);
+    invar_sampling plain;
+    invar_sampling_default(&plain);
+    sampler_choose(x, 8, &plain, 6, NULL, &raw, work_idx, work_p);
+    assert_int_equal(raw.token, 7);
+    float mx = 4.0f, sum = 0.0f;
+    for (int i = 0; i < 8; i++) sum += expf(x[i] - mx);
+    assert_true(fabsf(info.logprob - (x[4] - mx - logf(sum))) < 1e-5f);
+    /* min_tokens reached: nothing masked */
+    s.min_tokens = 3;
+    sampler_process(x, 8, &s, &h, out, counts);
+    assert_true(out[7] == 4.0f && out[6] == 0.0f);
+    /* a row without processing is not touched */
+    assert_false(sampler_processes(&plain));
+    assert_non_null(sampler_check(&(invar_sampling){.max_tokens = 4, .top_p = 1, .repetition_penalty = 0}));
+    s.logit_bias[0].bias = 101.0f;
+    assert_non_null(sampler_check(&s));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_random_rows),
@@ -604,6 +658,7 @@ int main(void) {
         cmocka_unit_test(test_top_p_with_small_min_p),
         cmocka_unit_test(test_sampler_check),
         cmocka_unit_test(test_same_inputs_same_token),
+        cmocka_unit_test(test_logits_processing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,7 +78,7 @@ static void run_vocab(invar_cuda_ctx *ctx, int V) {
     invar_sampling *ss = malloc(sizeof *ss * ROWS);
     int64_t *pos = malloc(sizeof(int64_t) * ROWS);
     int32_t *perm = malloc(sizeof(int32_t) * ROWS), *work_idx = malloc(sizeof(int32_t) * (size_t)V);
-    float *work_p = malloc(sizeof(float) * (size_t)V);
+    float *work_p = malloc(sizeof(float) * 2 * (size_t)V);
     for (int r = 0; r < ROWS; r++) {
         fill_row(x + (size_t)r * ld, V, r % 4);
         for (int v = V; v < ld; v++) x[(size_t)r * ld + v] = 0.0f;
@@ -119,7 +119,7 @@ static void run_vocab(invar_cuda_ctx *ctx, int V) {
     int diff = 0, host_rows = 0, compared = 0, sampled = 0;
     invar_token_info *ref = malloc(sizeof *ref * ROWS);
     for (int r = 0; r < ROWS; r++) {
-        sampler_choose_lse(x + (size_t)r * ld, V, &ss[r], pos[r], lse[r], &ref[r], work_idx, work_p);
+        sampler_choose_lse(x + (size_t)r * ld, V, &ss[r], pos[r], NULL, lse[r], &ref[r], work_idx, work_p);
         if (out[r].status) {
             host_rows++;
             continue;
