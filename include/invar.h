@@ -68,6 +68,10 @@ int invar_model_logits(const invar_model *m, const int32_t *tokens, int64_t n, i
 int invar_score(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                 int64_t n_cont, int32_t n_threads, float *logprobs, char *err, size_t errlen);
 
+/* Frees memory the API returned to the caller (invar_chat_render's text, invar_chat_tokenize's
+ * ids and text): for callers that do not share this library's malloc, such as ctypes. */
+void invar_free(void *p);
+
 /* ---- sampling ------------------------------------------------------------------- */
 /* Speculative decoding (docs/speculation.md): a draft proposes the next tokens, the model
  * scores them all in one forward, and a drafted token is kept only if it equals the token

@@ -112,3 +112,5 @@ void invar_sampling_default(invar_sampling *s) {
                           .min_p = 0.0f, .seed = 0, .top_logprobs = 0, .ignore_eos = false,
                           .prompt_logprobs = false, .speculate = INVAR_SPEC_OFF, .spec_tokens = 0};
 }
+
+void invar_free(void *p) { free(p); }
