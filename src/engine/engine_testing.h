@@ -4,7 +4,7 @@
 #include "model/forward.h"
 #include "invar.h"
 
-/* Swaps the CPU backend's matmul; -1 for an engine on another device. */
+/* Swaps the CPU backend's matmul (NULL restores the invariant one); -1 for an engine on another device. */
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn);
 /* The engine's backend, for test hooks that live in the backends (backend.h). */
 struct backend;

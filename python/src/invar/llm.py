@@ -129,6 +129,9 @@ class LLM:
             _lib.lib.invar_token_bytes(self._model, int(token_id), buf, n)
         return buf.raw[:n]
 
+    def _piece(self, token_id: int) -> str:
+        return self.token_bytes(token_id).decode("utf-8", "replace")
+
     def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of token ids (bytes concatenated, invalid UTF-8 replaced); skip_special_tokens
         drops end-of-generation tokens."""
@@ -289,9 +292,9 @@ class LLM:
         token_lps = [t.logprob for t in toks]
         lps: List[Dict[int, Logprob]] = []
         for t in toks:
-            d = {t.top_ids[j]: Logprob(t.top_logprobs[j], j + 1) for j in range(t.n_top)}
+            d = {t.top_ids[j]: Logprob(t.top_logprobs[j], j + 1, self._piece(t.top_ids[j])) for j in range(t.n_top)}
             if t.token not in d:
-                d[t.token] = Logprob(t.logprob, None)
+                d[t.token] = Logprob(t.logprob, None, self._piece(t.token))
             lps.append(d)
         shown = token_ids
         if r.finish == _lib.FINISH_STOP and shown and _lib.lib.invar_token_is_eog(self._model, shown[-1]):
