@@ -24,6 +24,9 @@ void invar_engine_testing_set_drafter(invar_engine *e, invar_testing_drafter fn,
 /* NEGATIVE CONTROL: sampled requests' drafts are verified by rejection sampling
  * (spec_rejection.h), distribution-preserving but not bit-preserving. */
 void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on);
+/* NEGATIVE CONTROL: weight updates leave the prefix cache, the running requests' KV and the
+ * backend as they were (valid only for an update that keeps every tensor's type). */
+void invar_engine_testing_set_stale_kv(invar_engine *e, bool on);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
 int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,
