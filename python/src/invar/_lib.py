@@ -15,6 +15,7 @@ MAX_TOP_LOGPROBS = 20
 
 FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ERROR, FINISH_CANCELLED = range(5)
 DEVICE_CPU, DEVICE_CUDA = 0, 1
+GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
 
 
 class Sampling(Structure):
@@ -42,6 +43,11 @@ class Result(Structure):
 
 class ChatMessage(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+class Tensor(Structure):
+    _fields_ = [("name", c_char_p), ("type", ctypes.c_uint32), ("n_dims", c_int32), ("ne", c_int64 * 4),
+                ("data", c_void_p), ("n_bytes", c_size_t)]
 
 
 class EngineStats(Structure):
@@ -79,6 +85,8 @@ _SIGNATURES = {
     "invar_engine_result": (c_int, [c_void_p, c_int64, POINTER(Result)]),
     "invar_engine_release": (None, [c_void_p, c_int64]),
     "invar_engine_get_stats": (None, [c_void_p, POINTER(EngineStats)]),
+    "invar_engine_update_weights": (c_int, [c_void_p, POINTER(Tensor), c_size_t, c_char_p, c_size_t]),
+    "invar_engine_load_weights": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
     "invar_engine_score": (c_int, [c_void_p, POINTER(c_int32), c_int64, POINTER(c_int32), c_int64,
                                    POINTER(c_float), c_char_p, c_size_t]),
 }

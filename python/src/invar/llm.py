@@ -9,6 +9,7 @@ from . import _lib
 from .errors import InvarError
 from .outputs import CompletionOutput, Logprob, RequestOutput
 from .sampling_params import SamplingParams
+from .weights import tensor_records
 
 Prompt = Union[str, Sequence[int], Mapping[str, Any]]
 """A prompt: text (tokenized with BOS and special tokens), a list of token ids, or a dict
@@ -353,6 +354,37 @@ class LLM:
             for rid in rids:
                 _lib.lib.invar_engine_release(e, rid)
         return out
+
+    # ---- weight updates ---------------------------------------------------------------
+    def update_weights(self, weights: Mapping[str, Any]) -> None:
+        """Replaces weights of the live model, by GGUF tensor name (e.g. "blk.0.attn_q.weight",
+        "token_embd.weight"), without restarting.
+
+        Args:
+            weights: name -> numpy array or torch tensor in numpy's axis order (a matrix as
+                [out_features, in_features], as GGUF stores it), float32, float16 or (torch)
+                bfloat16, with the shape of the tensor it replaces. The type may differ from
+                the model file's: a quantised model takes float weights.
+
+        Afterwards the engine computes bitwise what an engine on a model file holding those
+        weights computes: the prefix cache is emptied, and requests still running (from other
+        threads) recompute their KV with the new weights. All or nothing: on an error nothing
+        changes.
+
+        Raises:
+            InvarError: an unknown name, wrong shape or type (the engine's message).
+        """
+        recs, keep = tensor_records(weights)
+        err = _lib.ErrBuf()
+        if _lib.lib.invar_engine_update_weights(self._live(), recs, len(weights), err, _lib.ERR_LEN) != 0:
+            raise InvarError(_lib.err_text(err))
+        del keep
+
+    def load_weights(self, path: str) -> None:
+        """update_weights with every weight of a GGUF file of the same architecture and shapes."""
+        err = _lib.ErrBuf()
+        if _lib.lib.invar_engine_load_weights(self._live(), str(path).encode(), err, _lib.ERR_LEN) != 0:
+            raise InvarError(_lib.err_text(err))
 
     def stats(self) -> Dict[str, int]:
         """The engine's counters (KV blocks, prefix-cache hits, preemptions, tokens)."""
