@@ -135,11 +135,13 @@ class TorchLlama(torch.nn.Module):
         rot = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
         return torch.cat([rot, rest], -1)
 
-    def forward(self, ids: Sequence[int]) -> torch.Tensor:
-        """Logits [T, n_vocab] (float32) of every position of one sequence."""
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden states [B, T, n_embd] of right-padded token ids [B, T] (each
+        position sees only the positions before it, so padding after a sequence changes none
+        of its values)."""
         c = self.cfg
-        idx = torch.tensor(list(ids), dtype=torch.long)
-        T, hd = idx.numel(), c.head_dim
+        B, T = idx.shape
+        hd = c.head_dim
         pos = torch.arange(T)
         x = self._w("token_embd.weight")[idx]
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
@@ -150,29 +152,43 @@ class TorchLlama(torch.nn.Module):
             q, k, v = (h @ self._w(p + f"attn_{n}.weight").T for n in "qkv")
             if self._w(p + "attn_q.bias") is not None:
                 q, k, v = q + self._w(p + "attn_q.bias"), k + self._w(p + "attn_k.bias"), v + self._w(p + "attn_v.bias")
-            q, k, v = q.view(T, c.n_head, hd), k.view(T, c.n_head_kv, hd), v.view(T, c.n_head_kv, hd)
+            q, k, v = q.view(B, T, c.n_head, hd), k.view(B, T, c.n_head_kv, hd), v.view(B, T, c.n_head_kv, hd)
             if self._w(p + "attn_q_norm.weight") is not None:
                 q, k = self._rms(q, self._w(p + "attn_q_norm.weight")), self._rms(k, self._w(p + "attn_k_norm.weight"))
             q, k = self._rope(q, pos), self._rope(k, pos)
-            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-            s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(hd)
+            k, v = k.repeat_interleave(group, 2), v.repeat_interleave(group, 2)
+            s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
             a = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
-            x = x + torch.einsum("hts,shd->thd", a, v).reshape(T, -1) @ self._w(p + "attn_output.weight").T
+            x = x + torch.einsum("bhts,bshd->bthd", a, v).reshape(B, T, -1) @ self._w(p + "attn_output.weight").T
             h = self._rms(x, self._w(p + "ffn_norm.weight"))
             g, u = h @ self._w(p + "ffn_gate.weight").T, h @ self._w(p + "ffn_up.weight").T
             x = x + (torch.nn.functional.silu(g) * u) @ self._w(p + "ffn_down.weight").T
-        x = self._rms(x, self._w("output_norm.weight"))
+        return self._rms(x, self._w("output_norm.weight"))
+
+    def _output(self) -> torch.Tensor:
         out = self._w("output.weight")
-        return x @ (out if out is not None else self._w("token_embd.weight")).T
+        return out if out is not None else self._w("token_embd.weight")
+
+    def forward(self, ids: Sequence[int]) -> torch.Tensor:
+        """Logits [T, n_vocab] (float32) of every position of one sequence."""
+        return self.hidden(torch.tensor([list(ids)], dtype=torch.long))[0] @ self._output().T
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> torch.Tensor:
         """log p(continuation token | prompt + the continuation before it), all pairs
-        concatenated in order (float32, differentiable)."""
-        out = []
-        for p, cont in zip(prompts, continuations):
-            if not cont:
-                continue
-            lg = self.forward(list(p) + list(cont))[len(p) - 1:-1]
-            lp = torch.log_softmax(lg, -1)
-            out.append(lp.gather(1, torch.tensor(list(cont), dtype=torch.long)[:, None])[:, 0])
-        return torch.cat(out) if out else torch.zeros(0)
+        concatenated in order (float32, differentiable). One padded batch; the output matrix
+        runs only on the positions that predict a continuation token."""
+        seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
+        if not seqs or not any(continuations):
+            return torch.zeros(0)
+        T = max(len(s) for s in seqs)
+        idx = torch.zeros(len(seqs), T, dtype=torch.long)
+        rows, cols, targets = [], [], []
+        for b, (p, c) in enumerate(zip(prompts, continuations)):
+            idx[b, :len(seqs[b])] = torch.tensor(seqs[b], dtype=torch.long)
+            for j, tok in enumerate(c):
+                rows.append(b)
+                cols.append(len(p) - 1 + j)
+                targets.append(int(tok))
+        h = self.hidden(idx)[torch.tensor(rows), torch.tensor(cols)]
+        lp = torch.log_softmax(h @ self._output().T, -1)
+        return lp.gather(1, torch.tensor(targets)[:, None])[:, 0]
