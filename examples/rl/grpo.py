@@ -122,7 +122,7 @@ def main(argv=None) -> int:
             "bitwise_equal": f32_bits_equal(trainer_lp.detach(), sampler_lp),
             "ratio_min": float(ratio.detach().min()), "ratio_max": float(ratio.detach().max()),
             "kl_k1": float((-lr_).mean()), "kl_k3": float((torch.exp(lr_) - 1 - lr_).mean()),
-            "loss": float(loss), "tokens": int(lens.sum()),
+            "loss": float(loss.detach()), "tokens": int(lens.sum()),
             "sample_s": round(t_sample, 2), "step_s": round(time.time() - t0, 2),
         }
         out.write(json.dumps(rec) + "\n")
