@@ -228,7 +228,8 @@ typedef struct {
  * it the engine computes exactly as an engine on a model file holding those weights: the
  * prefix cache is emptied and every running request gives back its KV and is queued again,
  * to recompute its prompt and the tokens generated so far with the new weights (those tokens
- * and their logprobs stay as they were sampled). rope_freqs.weight cannot be replaced.
+ * and their logprobs stay as they were sampled). rope_freqs.weight cannot be replaced. The
+ * device's copy of the weights is made anew (on CUDA an upload, the old copy freed after).
  * The model must not be in use elsewhere meanwhile (another engine, invar_score); another
  * engine on the same model would keep stale caches. Returns 0, or -1. */
 int invar_engine_update_weights(invar_engine *e, const invar_tensor *tensors, size_t n, char *err, size_t errlen);
