@@ -30,7 +30,7 @@ def main(argv=None) -> int:
         ax_d.plot(steps, [d if d > 0 else 1e-9 for d in diffs], marker=".",
                   label=label + (" (exactly 0 every step)" if zero else ""))
     ax_r.set_xlabel("step")
-    ax_r.set_ylabel("mean reward (correct sums)")
+    ax_r.set_ylabel("mean reward (0.5: starts with a number, 1: the sum)")
     ax_r.set_title("reward")
     ax_r.legend()
     ax_d.set_yscale("log")
