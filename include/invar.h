@@ -70,6 +70,10 @@ int invar_model_logits(const invar_model *m, const int32_t *tokens, int64_t n, i
 int invar_score(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                 int64_t n_cont, int32_t n_threads, float *logprobs, char *err, size_t errlen);
 
+/* Frees memory the API returned to the caller (invar_chat_render's text, invar_chat_tokenize's
+ * ids and text): for callers that do not share this library's malloc, such as ctypes. */
+void invar_free(void *p);
+
 /* ---- sampling ------------------------------------------------------------------- */
 /* Speculative decoding (docs/speculation.md): a draft proposes the next tokens, the model
  * scores them all in one forward, and a drafted token is kept only if it equals the token
@@ -235,6 +239,33 @@ int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt,
                        int64_t n_cont, float *logprobs, char *err, size_t errlen);
 int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out,
                         char *err, size_t errlen);
+
+/* ---- weight updates ------------------------------------------------------------ */
+/* One tensor of new weights, named and laid out as in GGUF. */
+typedef struct {
+    const char *name;       /* e.g. "blk.0.attn_q.weight", "token_embd.weight" */
+    uint32_t type;          /* ggml type id: 0 F32, 1 F16, 30 BF16, or any type the model
+                               computes with (a quantised type's blocks as in GGUF) */
+    int32_t n_dims;         /* 1..4 */
+    int64_t ne[4];          /* ne[0] is the contiguous dimension (a C/numpy array's last axis) */
+    const void *data;       /* copied by the call */
+    size_t n_bytes;
+} invar_tensor;
+
+/* Replaces weights of the engine's model while it runs (an RL trainer's new policy). Each
+ * tensor must have the shape of the one it replaces; its type may differ. All or nothing: on
+ * an error (unknown name, wrong shape, size or type: message in err) nothing changes. After
+ * it the engine computes exactly as an engine on a model file holding those weights: the
+ * prefix cache is emptied and every running request gives back its KV and is queued again,
+ * to recompute its prompt and the tokens generated so far with the new weights (those tokens
+ * and their logprobs stay as they were sampled). rope_freqs.weight cannot be replaced. The
+ * device's copy of the weights is made anew (on CUDA an upload, the old copy freed after).
+ * The model must not be in use elsewhere meanwhile (another engine, invar_score); another
+ * engine on the same model would keep stale caches. Returns 0, or -1. */
+int invar_engine_update_weights(invar_engine *e, const invar_tensor *tensors, size_t n, char *err, size_t errlen);
+/* invar_engine_update_weights with every weight the model computes with, from a GGUF file of
+ * the same architecture and shapes (its other tensors are ignored). */
+int invar_engine_load_weights(invar_engine *e, const char *path, char *err, size_t errlen);
 
 /* Result so far of a request (finish == NONE while running); 0, or -1 for an unknown id. */
 int invar_engine_result(invar_engine *e, int64_t request_id, invar_result *out);

@@ -2,7 +2,8 @@
 # The second README command: the whole test suite.
 #   0. Layer order: no include from a lower layer to a higher one (tools/check_layers.py)
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
-#   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour (pytest)
+#   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour, the Python
+#      package (pip-installed from the Release build's libinvar.so) (pytest)
 #   3. ASan+UBSan build: the same C tests
 #   4. ThreadSanitizer build: the multi-threaded C tests and the server's concurrent tests
 #   5. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
@@ -62,8 +63,13 @@ release() {
         (cd build && ctest --output-on-failure -j"$JOBS")
 }
 
+# The Python package (python/) is pip-installed into .venv around the Release build's
+# libinvar.so (INVAR_PREBUILT_LIBRARY: ~3 s, no third compile of the C code), and its tests
+# import the installed copy (INVAR_PACKAGE_INSTALLED=1).
 python_tests() {
-    INVAR_BUILD_DIR="$PWD/build" INVAR_BIN="$PWD/build/invar" HF_HUB_OFFLINE=1 \
+    INVAR_PREBUILT_LIBRARY="$PWD/build/libinvar.so" .venv/bin/python -m pip install --quiet \
+        --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./python || return 1
+    INVAR_BUILD_DIR="$PWD/build" INVAR_BIN="$PWD/build/invar" HF_HUB_OFFLINE=1 INVAR_PACKAGE_INSTALLED=1 \
         INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
         .venv/bin/python -m pytest -q tests/python
 }

@@ -121,3 +121,5 @@ void invar_sampling_default(invar_sampling *s) {
                           .spec_tokens = 0,
                           .repetition_penalty = 1.0f};
 }
+
+void invar_free(void *p) { free(p); }

@@ -118,3 +118,14 @@ void block_pool_register(block_pool *p, int32_t id, block_hash h) {
     p->chain[id] = p->bucket[b];
     p->bucket[b] = id;
 }
+
+void block_pool_drop_cache(block_pool *p) {
+    for (int64_t id = 0; id < p->n_total; id++) {
+        if (!p->cached[id]) continue;
+        table_remove(p, (int32_t)id);
+        if (p->ref[id] == 0) {
+            lru_remove(p, (int32_t)id);
+            p->free_ids[p->n_free++] = (int32_t)id;
+        }
+    }
+}

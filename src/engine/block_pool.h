@@ -47,5 +47,8 @@ block_hash block_hash_next(block_hash prev, const int32_t *tokens, int64_t n);
 int32_t block_pool_lookup(block_pool *p, block_hash h);
 /* Offers a full block to the cache (no-op if caching is off or the hash is present). */
 void block_pool_register(block_pool *p, int32_t id, block_hash h);
+/* Forgets every cached block (the model's weights changed: their K/V are stale). Unused
+ * ones go back to the free list; blocks in use stay with their users, uncached. */
+void block_pool_drop_cache(block_pool *p);
 
 #endif

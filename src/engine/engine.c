@@ -27,6 +27,7 @@
 #include "engine/spec_draft.h"
 #include "engine/spec_ngram.h"
 #include "engine/spec_rejection.h"
+#include "model/weight_update.h"
 #include "invar.h"
 
 typedef enum { REQ_QUEUED, REQ_RUNNING, REQ_DONE } req_state;
@@ -75,6 +76,7 @@ struct invar_engine {
     invar_model *im;
     invar_engine_config cfg;
     backend *be;                /* the device: weights, forward pass, logits, sampling */
+    backend_opts be_opts;       /* what it was made with (made again after a weight update) */
     backend_kv *kv;             /* its paged KV storage, indexed by the block pool's ids */
     block_pool pool;
     sample_row *rows;           /* per sampling row of a step: parameters and position */
@@ -110,6 +112,8 @@ struct invar_engine {
     int32_t *eog;               /* the model's end-of-generation ids (min_tokens masks them) */
     int32_t n_eog;
     float *rej_logits, *rej_work;
+    bool testing_stale_kv;      /* NEGATIVE CONTROL (tests): weight updates keep caches */
+    bool broken;                /* a weight update could not remake the backend: step fails */
     char error[256];
 };
 
@@ -156,6 +160,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
                        .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas,
                        .cuda_graphs = !cfg.cuda_no_graphs};
     char berr[200];
+    e->be_opts = bo;
     if (backend_create(cfg.device, im->m, &bo, &e->be, berr, sizeof berr)) FAIL("%s", berr);
     int64_t n_blocks = cfg.kv_blocks > 0
                            ? cfg.kv_blocks
@@ -795,6 +800,7 @@ static void emit_rows(invar_engine *e, int64_t n_sample) {
 }
 
 static int step_locked(invar_engine *e) {
+    if (e->broken) return -1; /* e->error says why */
     admit(e);
     if (propose_drafts(e)) return -1;
     allocate(e);
@@ -913,6 +919,12 @@ void invar_engine_testing_set_shared_history(invar_engine *e, bool on) {
     pthread_mutex_unlock(&e->lock);
 }
 
+void invar_engine_testing_set_stale_kv(invar_engine *e, bool on) {
+    pthread_mutex_lock(&e->lock);
+    e->testing_stale_kv = on;
+    pthread_mutex_unlock(&e->lock);
+}
+
 int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
     return backend_cuda_set_gemm_mode(e->be, (backend_gemm_mode)mode);
 }
@@ -920,7 +932,8 @@ int invar_engine_testing_set_cuda_gemm(invar_engine *e, int mode) {
 int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                        int64_t n_cont, float *logprobs, char *err, size_t errlen) {
     pthread_mutex_lock(&e->lock);
-    int rc = sequence_score(e->be, prompt, n_prompt, cont, n_cont, logprobs, err, errlen);
+    int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
+                       : sequence_score(e->be, prompt, n_prompt, cont, n_cont, logprobs, err, errlen);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -928,7 +941,78 @@ int invar_engine_score(invar_engine *e, const int32_t *prompt, int64_t n_prompt,
 int invar_engine_logits(invar_engine *e, const int32_t *tokens, int64_t n, int64_t chunk, float *out, char *err,
                         size_t errlen) {
     pthread_mutex_lock(&e->lock);
-    int rc = sequence_logits(e->be, tokens, n, chunk, 0, out, err, errlen);
+    int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
+                       : sequence_logits(e->be, tokens, n, chunk, 0, out, err, errlen);
     pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* After the model's weights changed: no K/V computed with the old ones may be read again.
+ * Every running request goes back to the queue without its blocks (it recomputes its
+ * sequence, as after a preemption), the prefix cache is emptied, and the backend is made
+ * anew: it binds the new weights (the CUDA one uploads them) and sizes its buffers for their
+ * types. */
+static int weights_changed(invar_engine *e, char *err, size_t errlen) {
+    if (e->testing_stale_kv) return 0;
+    while (e->n_running > 0) {
+        request *r = req_get(e, e->running[--e->n_running]);
+        if (!r || r->state != REQ_RUNNING) continue;
+        release_blocks(e, r);
+        r->state = REQ_QUEUED;
+        r->take = 0;
+        if (r->id < e->first_queued) e->first_queued = r->id;
+    }
+    block_pool_drop_cache(&e->pool);
+    backend *be;
+    backend_kv *kv = NULL;
+    char berr[200];
+    if (backend_create(e->cfg.device, e->im->m, &e->be_opts, &be, berr, sizeof berr)) {
+        snprintf(err, errlen, "weight update: %s", berr);
+    } else if (be->ops->kv_create(be, e->pool.n_total, &kv)) {
+        snprintf(err, errlen, "weight update: %s", be->error);
+        backend_destroy(be);
+    } else {
+        e->be->ops->kv_destroy(e->be, e->kv);
+        backend_destroy(e->be);
+        e->be = be;
+        e->kv = kv;
+        return 0;
+    }
+    /* The old backend was sized for the old weights: this engine cannot run any more. */
+    e->broken = true;
+    snprintf(e->error, sizeof e->error, "%s (the engine cannot run after it)", err);
+    return -1;
+}
+
+int invar_engine_update_weights(invar_engine *e, const invar_tensor *tensors, size_t n, char *err, size_t errlen) {
+    gguf_tensor *ts = calloc(n ? n : 1, sizeof *ts);
+    if (!ts) return snprintf(err, errlen, "out of memory"), -1;
+    for (size_t i = 0; i < n; i++) {
+        const invar_tensor *t = &tensors[i];
+        ts[i] = (gguf_tensor){.name = t->name,
+                              .n_dims = t->n_dims > 0 && t->n_dims <= 4 ? (uint32_t)t->n_dims : 0,
+                              .type = t->type,
+                              .data = t->data,
+                              .nbytes = t->n_bytes};
+        for (int d = 0; d < 4; d++) ts[i].ne[d] = d < t->n_dims ? t->ne[d] : 1;
+    }
+    pthread_mutex_lock(&e->lock);
+    int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
+                       : model_update_weights(e->im->m, ts, n, err, errlen);
+    if (rc == 0) rc = weights_changed(e, err, errlen);
+    pthread_mutex_unlock(&e->lock);
+    free(ts);
+    return rc;
+}
+
+int invar_engine_load_weights(invar_engine *e, const char *path, char *err, size_t errlen) {
+    gguf_file *f;
+    if (gguf_open(path, &f, err, errlen)) return -1;
+    pthread_mutex_lock(&e->lock);
+    int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
+                       : model_update_weights_from_gguf(e->im->m, f, err, errlen);
+    if (rc == 0) rc = weights_changed(e, err, errlen);
+    pthread_mutex_unlock(&e->lock);
+    gguf_close(f);
     return rc;
 }

@@ -4,7 +4,7 @@
 #include "model/forward.h"
 #include "invar.h"
 
-/* Swaps the CPU backend's matmul; -1 for an engine on another device. */
+/* Swaps the CPU backend's matmul (NULL restores the invariant one); -1 for an engine on another device. */
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn);
 /* The engine's backend, for test hooks that live in the backends (backend.h). */
 struct backend;
@@ -28,6 +28,9 @@ void invar_engine_testing_set_spec_rejection(invar_engine *e, bool on);
  * (penalties, min_tokens) reads the token history of the step's first row instead of its
  * own, as a penalty state kept per batch rather than per request would. */
 void invar_engine_testing_set_shared_history(invar_engine *e, bool on);
+/* NEGATIVE CONTROL: weight updates leave the prefix cache, the running requests' KV and the
+ * backend as they were (valid only for an update that keeps every tensor's type). */
+void invar_engine_testing_set_stale_kv(invar_engine *e, bool on);
 /* invar_score with a chosen matmul (NULL: the invariant one). */
 int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,

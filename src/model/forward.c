@@ -17,7 +17,7 @@ struct fwd_state {
     attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */
 };
 
-void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn; }
+void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn ? fn : cpu_matmul; }
 void fwd_state_set_attention(fwd_state *s, attn_split_mode mode) { s->attn_split = mode; }
 
 size_t kv_bytes_per_block(const model_config *c) {

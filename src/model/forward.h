@@ -31,7 +31,7 @@ typedef void (*matmul_fn)(threadpool *tp, const cpu_weight *w, const float *x, i
 /* max_tokens: the most tokens one forward will carry; max_logits: rows of logits. */
 fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logits);
 void fwd_state_free(fwd_state *s);
-/* Tests only: swap the matmul (negative controls use a non-invariant one). */
+/* Tests only: swap the matmul (negative controls use a non-invariant one; NULL: cpu_matmul). */
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn);
 /* Tests only: the attention split (ATTN_SPLIT_BY_BATCH is a negative control). */
 void fwd_state_set_attention(fwd_state *s, attn_split_mode mode);

@@ -9,6 +9,7 @@
 #include "formats/json_file.h"
 #include "formats/quant.h"
 #include "model/rope_table.h"
+#include "model/weight_update.h"
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 
@@ -133,7 +134,8 @@ static int load_all(model *m, const char *path, char *err, size_t errlen) {
              (long long)c->n_vocab);
 
     if (load_vector(m, &m->output_norm, "output_norm.weight", c->n_embd, 1, err, errlen)) return -1;
-    const char *out_name = find(m, "output.weight") ? "output.weight" : "token_embd.weight";
+    m->output_tied = !find(m, "output.weight");
+    const char *out_name = m->output_tied ? "token_embd.weight" : "output.weight";
     if (bind_matrix(m, &m->output, out_name, c->n_embd, c->n_vocab, err, errlen)) return -1;
 
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
@@ -200,6 +202,7 @@ void model_free(model *m) {
     gguf_close(m->gguf);
     hf_weights_close(m->hf);
     free(m->hf_chat_template);
+    model_free_overrides(m);
     pthread_mutex_destroy(&m->bind_lock);
     free(m);
 }

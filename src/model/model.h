@@ -33,6 +33,9 @@ typedef struct model {
     int64_t rope_len;
     pthread_mutex_t bind_lock;
     bool cpu_bound;             /* the CPU kernels' repacked weights exist */
+    bool output_tied;           /* output is token_embd.weight */
+    struct weight_override **overrides; /* replaced tensors' data (model/weight_update.h) */
+    size_t n_overrides;
 } model;
 
 /* path: a GGUF file, or a Hugging Face model directory (config.json, safetensors,
@@ -41,6 +44,8 @@ int model_load(const char *path, model **out, char *err, size_t errlen);
 /* The chat template (Jinja source) the model ships; false if it has none. */
 bool model_chat_template(const model *m, const char **tmpl, size_t *len);
 void model_free(model *m);
+/* Frees the data of replaced tensors (model_free calls it; model/weight_update.c). */
+void model_free_overrides(model *m);
 /* Makes the CPU matmul's repacked copies of every weight (once; thread-safe). A model
  * that only runs on another backend never pays for them. */
 int model_bind_cpu(model *m, char *err, size_t errlen);

@@ -1,6 +1,7 @@
 /* The KV block pool (src/engine/block_pool.c) on its own: allocation order, exhaustion,
  * free and reuse, reference counts of shared prefix blocks, the LRU eviction of cached
- * blocks nobody uses, hash-table chains, caching off, and the hash chain itself. */
+ * blocks nobody uses, hash-table chains, caching off, the hash chain itself, and dropping
+ * the cache (after a weight update). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,6 +249,32 @@ static void test_hash_chain(void **state) {
     assert_false(shorter.lo == h1.lo && shorter.hi == h1.hi);
 }
 
+static void test_drop_cache(void **state) {
+    (void)state;
+    block_pool p;
+    assert_int_equal(block_pool_init(&p, 4, true), 0);
+    int32_t a = block_pool_alloc(&p), b = block_pool_alloc(&p), c = block_pool_alloc(&p);
+    block_pool_register(&p, a, hash_in_bucket(1, 1));
+    block_pool_register(&p, b, hash_in_bucket(1, 2)); /* same bucket: a chain */
+    block_pool_register(&p, c, hash_in_bucket(2, 3));
+    block_pool_release(&p, a);
+    block_pool_release(&p, b); /* a, b: cached and unused (LRU); c: cached and in use */
+    assert_int_equal(p.n_lru, 2);
+    block_pool_drop_cache(&p);
+    assert_int_equal(p.n_lru, 0);
+    assert_int_equal(p.n_free, 3); /* a, b and the never-used block */
+    assert_int_equal(block_pool_available(&p), 3);
+    for (uint64_t t = 1; t <= 3; t++) assert_int_equal(block_pool_lookup(&p, hash_in_bucket(t == 3 ? 2 : 1, t)), -1);
+    assert_false(p.cached[c]);
+    assert_int_equal(p.ref[c], 1);
+    block_pool_release(&p, c); /* uncached now: back to the free list, not the LRU */
+    assert_int_equal(p.n_free, 4);
+    assert_int_equal(p.n_lru, 0);
+    block_pool_register(&p, block_pool_alloc(&p), hash_in_bucket(1, 1)); /* the table still works */
+    assert_true(block_pool_lookup(&p, hash_in_bucket(1, 1)) >= 0);
+    block_pool_free(&p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_order_and_exhaustion),
@@ -260,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_register_is_idempotent),
         cmocka_unit_test(test_caching_off),
         cmocka_unit_test(test_hash_chain),
+        cmocka_unit_test(test_drop_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,7 +117,7 @@ static void test_batch_and_server_decode_alike(void **state) {
     char *rendered = invar_chat_render(g_model, msgs, 2, true, err, sizeof err);
     assert_non_null(rendered);
     assert_string_equal(b.prompts[0].text, rendered);
-    free(rendered);
+    invar_free(rendered); /* the API's own free (for callers such as ctypes) */
     req_decoded_free(&b);
     req_decoded_free(&c);
 }

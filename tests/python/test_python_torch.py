@@ -1,0 +1,120 @@
+"""invar.trainer (docs/python.md): the autograd.Function whose forward is invar's logprobs
+and whose backward is the float torch reference's gradient.
+  * forward == the logprobs LLM.generate sampled, bitwise (F32 and BF16 weights)
+  * the torch reference computes the same function: |reference - invar| < 2e-4 (F32)
+  * gradient == the pure torch model's gradient (exactly: the same backward)
+  * gradient == central finite differences of invar's own forward along random directions,
+    within 2 % (F32 weights, eps 1e-2 of the weights' scale)
+  * a stale engine (weights changed without sync_weights) is refused
+Skipped when torch is not installed (CI does not install it: docs/python.md)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("gguf")
+
+from invar_pkg import invar  # noqa: E402
+from invar.trainer import TorchLlama, sync_weights, token_logprobs  # noqa: E402
+
+PROMPTS = [[1, 504, 358, 282, 3], [1, 77, 88, 99, 100, 101, 7, 8]]
+
+
+def bits(xs):
+    return [struct.unpack("<I", struct.pack("<f", float(x)))[0] for x in xs]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, default_model):
+    if not os.path.exists(str(default_model)):
+        pytest.skip("INVAR_MODEL not found")
+    import make_tiny_model
+
+    d = tmp_path_factory.mktemp("torch")
+    out = {}
+    for wtype in ("F32", "BF16"):
+        path = d / f"tiny-{wtype}.gguf"
+        make_tiny_model.make_model(str(path), arch="llama", wtype=wtype, seed=5, vocab=512,
+                                   tokenizer_src=str(default_model))
+        out[wtype] = path
+    return out
+
+
+def rollouts(llm):
+    ps = [invar.SamplingParams(temperature=1.0, seed=10 + i, max_tokens=8, ignore_eos=True) for i in range(2)]
+    return [o.outputs[0] for o in llm.generate(PROMPTS, ps)]
+
+
+@pytest.mark.parametrize("wtype,dtype", [("F32", torch.float32), ("BF16", torch.bfloat16)])
+def test_forward_equals_sampled_logprobs_bitwise(tiny, wtype, dtype):
+    model = TorchLlama.from_gguf(str(tiny[wtype]), dtype=dtype)
+    with invar.LLM(str(tiny[wtype]), threads=2) as llm:
+        sync_weights(llm, model)  # the parameters (F32/BF16 as in the file) into the engine
+        outs = rollouts(llm)
+        lp = token_logprobs(llm, model, PROMPTS, [o.token_ids for o in outs])
+        want = [x for o in outs for x in o.token_logprobs]
+        assert bits(lp.tolist()) == bits(want)
+        ref = model.token_logprobs(PROMPTS, [o.token_ids for o in outs]).detach()
+        tol = 2e-4 if wtype == "F32" else 2e-3
+        assert float((ref - lp).abs().max()) < tol
+
+
+def test_gradient_equals_the_torch_model(tiny):
+    model = TorchLlama.from_gguf(str(tiny["F32"]))
+    with invar.LLM(str(tiny["F32"]), threads=2) as llm:
+        sync_weights(llm, model)
+        conts = [o.token_ids for o in rollouts(llm)]
+        coef = torch.linspace(-1, 1, sum(len(c) for c in conts))
+        (coef * token_logprobs(llm, model, PROMPTS, conts)).sum().backward()
+        got = {n: p.grad.clone() for n, p in model.params.items()}
+        model.zero_grad()
+        (coef * model.token_logprobs(PROMPTS, conts)).sum().backward()
+        for n, p in model.params.items():
+            assert torch.equal(got[n], p.grad), n
+
+
+def test_gradient_matches_finite_differences_of_invar(tiny):
+    model = TorchLlama.from_gguf(str(tiny["F32"]))
+    gen = torch.Generator().manual_seed(0)
+    with invar.LLM(str(tiny["F32"]), threads=2) as llm:
+        sync_weights(llm, model)
+        conts = [o.token_ids for o in rollouts(llm)]
+        coef = torch.randn(sum(len(c) for c in conts), generator=gen)
+
+        def loss() -> float:
+            sync_weights(llm, model)
+            return float((coef * token_logprobs(llm, model, PROMPTS, conts)).sum())
+
+        model.zero_grad()
+        (coef * token_logprobs(llm, model, PROMPTS, conts)).sum().backward()
+        for name in ("blk.0.attn_q.weight", "blk.1.ffn_down.weight", "token_embd.weight", "output_norm.weight"):
+            p = model.params[name]
+            d = torch.randn(p.shape, generator=gen)
+            eps = 1e-2 * float(p.detach().abs().mean()) / float(d.abs().mean())
+            analytic = float((p.grad * d).sum())
+            with torch.no_grad():
+                p += eps * d
+                up = loss()
+                p -= 2 * eps * d
+                down = loss()
+                p += eps * d
+            numeric = (up - down) / (2 * eps)
+            print(f"{name}: finite difference {numeric:.6g}, gradient {analytic:.6g}")
+            assert abs(numeric - analytic) <= 0.02 * abs(analytic) + 1e-3, (name, numeric, analytic)
+
+
+def test_stale_engine_is_refused(tiny):
+    model = TorchLlama.from_gguf(str(tiny["F32"]))
+    with invar.LLM(str(tiny["F32"]), threads=2) as llm:
+        sync_weights(llm, model)
+        with torch.no_grad():
+            model.params["blk.0.attn_q.weight"].mul_(1.1)
+        with pytest.raises(invar.InvarError, match="sync_weights"):
+            token_logprobs(llm, model, PROMPTS[:1], [[5, 6]])
+        sync_weights(llm, model)
+        assert token_logprobs(llm, model, PROMPTS[:1], [[5, 6]]).shape == (2,)
