@@ -30,12 +30,21 @@ static int message_content(const cJSON *content, int i, const char **out, char *
                         i);
     size_t len = 0;
     const cJSON *p;
+    int j = 0;
     cJSON_ArrayForEach(p, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
             return req_fail(e, REQ_ERR_TYPE, "messages", "messages[%d].content: only text parts are supported", i);
+        /* Nothing a client sends is silently ignored: a part's other keys are refused. */
+        const cJSON *k;
+        cJSON_ArrayForEach(k, p) {
+            if (strcmp(k->string, "type") && strcmp(k->string, "text"))
+                return req_fail(e, REQ_ERR_UNSUPPORTED, "messages",
+                                "messages[%d].content[%d]: unsupported key '%.64s' in a text part", i, j, k->string);
+        }
         len += strlen(text->valuestring);
+        j++;
     }
     if (!(*owned = malloc(len + 1))) return nomem(e);
     size_t at = 0;

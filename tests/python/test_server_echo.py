@@ -163,8 +163,13 @@ def test_echo_cancelled_on_disconnect(serve):
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    time.sleep(0.1)
-    s.close()  # gone while the engine computes the prompt, 4 tokens a step
+    # Close as soon as the engine has started on it (a fixed sleep raced with a fast machine
+    # that finished the 300 positions first), so it goes while the prompt is computed, 4
+    # tokens a step.
+    start = time.time() + 10
+    while time.time() < start and metrics(port)["invar_tokens_computed_total"] == m0["invar_tokens_computed_total"]:
+        time.sleep(0.002)
+    s.close()
     deadline = time.time() + 30
     while time.time() < deadline:
         m = metrics(port)

@@ -164,6 +164,9 @@ static void test_message_content(void **state) {
                  REQ_ERR_TYPE, "messages", "only text parts");
     expect_error("{\"messages\": [{\"role\": \"user\", \"content\": [\"bare\"]}]}", CHAT_KINDS, REQ_ERR_TYPE,
                  "messages", NULL);
+    expect_error("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"},"
+                 " {\"type\": \"text\", \"text\": \"b\", \"cache_control\": {}}]}]}",
+                 CHAT_KINDS, REQ_ERR_UNSUPPORTED, "messages", "content[1]: unsupported key 'cache_control'");
     expect_error("{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}", CHAT_KINDS, REQ_ERR_TYPE, "messages", "role");
     expect_error("{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", CHAT_KINDS, REQ_ERR_TEMPLATE,
                  "messages", "chat template");
