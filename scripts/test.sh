@@ -3,7 +3,9 @@
 #   0. Layer order: no include from a lower layer to a higher one (tools/check_layers.py)
 #   1. Release build: C unit, kernel and end-to-end invariance tests (ctest)
 #   2. Python tests: reference tokenizer, numpy reference logits, CLI behaviour, the Python
-#      package (pip-installed from the Release build's libinvar.so) (pytest)
+#      package (pip-installed from the Release build's libinvar.so), its torch trainer (torch
+#      from requirements-torch.txt, installed into .venv in the background during stage 1;
+#      INVAR_SKIP_TORCH=1 leaves it out and those tests skip) (pytest)
 #   3. ASan+UBSan build: the same C tests
 #   4. ThreadSanitizer build: the multi-threaded C tests and the server's concurrent tests
 #   5. libFuzzer: each fuzz target briefly, from its seed corpus (fuzz_invariance: every
@@ -21,6 +23,17 @@ failures=""
 
 timings=""
 t_suite=$SECONDS
+
+# torch (~3 GB with its CUDA libraries, mostly download and unpacking) installs while the
+# Release stage keeps the CPUs busy; the Python stage waits for it.
+torch_pid=""
+torch_log=.venv/torch-install.log
+if [ "${INVAR_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+    echo "installing torch into .venv in the background (log: $torch_log)"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-torch.txt \
+        >"$torch_log" 2>&1 &
+    torch_pid=$!
+fi
 
 # Runs one stage and prints its wall-clock time, with the CPU time of everything it ran
 # (user + sys, children included): on a shared machine the wall time says little, and the
@@ -67,10 +80,17 @@ release() {
 # libinvar.so (INVAR_PREBUILT_LIBRARY: ~3 s, no third compile of the C code), and its tests
 # import the installed copy (INVAR_PACKAGE_INSTALLED=1).
 python_tests() {
+    local require_torch=1
+    [ "${INVAR_SKIP_TORCH:-0}" = 1 ] && require_torch=0
+    if [ -n "$torch_pid" ] && ! wait "$torch_pid"; then
+        echo "installing torch failed:"
+        tail -20 "$torch_log"
+        return 1
+    fi
     INVAR_PREBUILT_LIBRARY="$PWD/build/libinvar.so" .venv/bin/python -m pip install --quiet \
         --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./python || return 1
     INVAR_BUILD_DIR="$PWD/build" INVAR_BIN="$PWD/build/invar" HF_HUB_OFFLINE=1 INVAR_PACKAGE_INSTALLED=1 \
-        INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+        INVAR_REQUIRE_TORCH=$require_torch INVAR_MODEL="$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
         .venv/bin/python -m pytest -q tests/python
 }
 
