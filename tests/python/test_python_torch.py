@@ -121,3 +121,36 @@ def test_stale_engine_is_refused(tiny):
             token_logprobs(llm, model, PROMPTS[:1], [[5, 6]])
         sync_weights(llm, model)
         assert token_logprobs(llm, model, PROMPTS[:1], [[5, 6]]).shape == (2,)
+
+
+def test_shared_prompts_run_once_with_the_same_values(tiny):
+    """token_logprobs runs each distinct prompt once (an RL group's samples share it); the
+    values and the gradient equal the full per-sequence forward's (model.hidden on prompt +
+    continuation, right-padded), and invar's own forward agrees bitwise with the rollouts
+    whatever the grouping (prompts of different lengths, empty and one-token continuations)."""
+    model = TorchLlama.from_gguf(str(tiny["F32"]))
+    prompts = [PROMPTS[i % 2] for i in range(6)] + [[1, 9]]
+    with invar.LLM(str(tiny["F32"]), threads=2) as llm:
+        sync_weights(llm, model)
+        ps = [invar.SamplingParams(temperature=1.0, seed=30 + i, max_tokens=1 + i % 4, ignore_eos=True)
+              for i in range(len(prompts))]
+        outs = [o.outputs[0] for o in llm.generate(prompts, ps)]
+        conts = [o.token_ids for o in outs]
+        conts[3] = []  # a sequence with nothing to score
+        assert bits(token_logprobs(llm, model, prompts, conts).tolist()) == bits(
+            [x for i, o in enumerate(outs) if i != 3 for x in o.token_logprobs])
+    shared = model.token_logprobs(prompts, conts)
+    seqs = [p + c for p, c in zip(prompts, conts)]
+    idx = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
+    rows, cols, targets = [], [], []
+    for b, (p, c) in enumerate(zip(prompts, conts)):
+        idx[b, :len(seqs[b])] = torch.tensor(seqs[b])
+        for j, t in enumerate(c):
+            rows, cols, targets = rows + [b], cols + [len(p) - 1 + j], targets + [t]
+    h = model.hidden(idx)[torch.tensor(rows), torch.tensor(cols)]
+    full = torch.log_softmax(h @ model._output().T, -1).gather(1, torch.tensor(targets)[:, None])[:, 0]
+    assert shared.shape == full.shape
+    assert float((shared - full).abs().max()) < 1e-5
+    params = list(model.parameters())
+    for gs, gf in zip(torch.autograd.grad(shared.sum(), params), torch.autograd.grad(full.sum(), params)):
+        assert float((gs - gf).abs().max()) <= 1e-5 * (1 + float(gf.abs().max()))

@@ -123,11 +123,12 @@ class TorchLlama(torch.nn.Module):
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.cfg.rms_eps) * w
 
     def _rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """RoPE of x [B, T, H, D] at positions pos ([T], or [B, T] for per-sequence offsets)."""
         c = self.cfg
         half = c.n_rot // 2
         inv = c.rope_base ** (-torch.arange(half, dtype=torch.float64) * 2.0 / c.n_rot)
-        ang = pos.to(torch.float64)[:, None] * inv[None, :]
-        cos, sin = torch.cos(ang).float()[:, None, :], torch.sin(ang).float()[:, None, :]
+        ang = pos.to(torch.float64)[..., None] * inv
+        cos, sin = torch.cos(ang).float().unsqueeze(-2), torch.sin(ang).float().unsqueeze(-2)
         if c.neox:
             a, b, rest = x[..., :half], x[..., half:c.n_rot], x[..., c.n_rot:]
             return torch.cat([a * cos - b * sin, a * sin + b * cos, rest], -1)
@@ -135,17 +136,21 @@ class TorchLlama(torch.nn.Module):
         rot = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
         return torch.cat([rot, rest], -1)
 
-    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        """Final-normed hidden states [B, T, n_embd] of right-padded token ids [B, T] (each
-        position sees only the positions before it, so padding after a sequence changes none
-        of its values)."""
+    def _run(self, idx: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
+             past: Optional[List["tuple[torch.Tensor, torch.Tensor]"]] = None
+             ) -> "tuple[torch.Tensor, List[tuple[torch.Tensor, torch.Tensor]]]":
+        """The layers over token ids idx [B, T] at positions pos ([T] or [B, T]).
+
+        mask [1 or B, T, S] is True where query t must not see key s; the keys are past's
+        (per layer [B, P, n_head_kv, head_dim], after RoPE) followed by idx's own, S = P + T.
+        Returns the final-normed hidden states [B, T, n_embd] and each layer's own keys and
+        values (after RoPE), which a later call can take as past."""
         c = self.cfg
         B, T = idx.shape
         hd = c.head_dim
-        pos = torch.arange(T)
         x = self._w("token_embd.weight")[idx]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
         group = c.n_head // c.n_head_kv
+        kv = []
         for i in range(c.n_layer):
             p = f"blk.{i}."
             h = self._rms(x, self._w(p + "attn_norm.weight"))
@@ -156,14 +161,24 @@ class TorchLlama(torch.nn.Module):
             if self._w(p + "attn_q_norm.weight") is not None:
                 q, k = self._rms(q, self._w(p + "attn_q_norm.weight")), self._rms(k, self._w(p + "attn_k_norm.weight"))
             q, k = self._rope(q, pos), self._rope(k, pos)
+            kv.append((k, v))
+            if past is not None:
+                k, v = torch.cat([past[i][0], k], 1), torch.cat([past[i][1], v], 1)
             k, v = k.repeat_interleave(group, 2), v.repeat_interleave(group, 2)
             s = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
-            a = torch.softmax(s.masked_fill(mask, float("-inf")), -1)
+            a = torch.softmax(s.masked_fill(mask[:, None], float("-inf")), -1)
             x = x + torch.einsum("bhts,bshd->bthd", a, v).reshape(B, T, -1) @ self._w(p + "attn_output.weight").T
             h = self._rms(x, self._w(p + "ffn_norm.weight"))
             g, u = h @ self._w(p + "ffn_gate.weight").T, h @ self._w(p + "ffn_up.weight").T
             x = x + (torch.nn.functional.silu(g) * u) @ self._w(p + "ffn_down.weight").T
-        return self._rms(x, self._w("output_norm.weight"))
+        return self._rms(x, self._w("output_norm.weight")), kv
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden states [B, T, n_embd] of right-padded token ids [B, T] (each
+        position sees only the positions before it, so padding after a sequence changes none
+        of its values)."""
+        T = idx.shape[1]
+        return self._run(idx, torch.arange(T), torch.triu(torch.ones(T, T, dtype=torch.bool), 1)[None])[0]
 
     def _output(self) -> torch.Tensor:
         out = self._w("output.weight")
@@ -175,20 +190,47 @@ class TorchLlama(torch.nn.Module):
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> torch.Tensor:
         """log p(continuation token | prompt + the continuation before it), all pairs
-        concatenated in order (float32, differentiable). One padded batch; the output matrix
-        runs only on the positions that predict a continuation token."""
-        seqs = [list(p) + list(c) for p, c in zip(prompts, continuations)]
-        if not seqs or not any(continuations):
+        concatenated in order (float32, differentiable).
+
+        Each distinct prompt runs once (an RL group's samples share theirs): one padded batch
+        of the distinct prompts, then one padded batch of the continuations attending to
+        their prompt's keys and values; the output matrix runs only on the positions that
+        predict a continuation token."""
+        prompts = [list(p) for p in prompts]
+        continuations = [list(c) for c in continuations]
+        if not prompts or not any(continuations):
             return torch.zeros(0)
-        T = max(len(s) for s in seqs)
-        idx = torch.zeros(len(seqs), T, dtype=torch.long)
-        rows, cols, targets = [], [], []
-        for b, (p, c) in enumerate(zip(prompts, continuations)):
-            idx[b, :len(seqs[b])] = torch.tensor(seqs[b], dtype=torch.long)
+        if any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        first: Dict[tuple, int] = {}
+        grp = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        uniq = list(first)
+        U, Tp = len(uniq), max(len(p) for p in uniq)
+        idx_p = torch.zeros(U, Tp, dtype=torch.long)
+        for u, p in enumerate(uniq):
+            idx_p[u, :len(p)] = torch.tensor(p, dtype=torch.long)
+        h_p, kv_p = self._run(idx_p, torch.arange(Tp), torch.triu(torch.ones(Tp, Tp, dtype=torch.bool), 1)[None])
+        hs = [h_p.reshape(U * Tp, -1)]
+        # The continuations without their last token (whose successor is not scored).
+        inputs = [c[:-1] for c in continuations]
+        B, Tc = len(continuations), max(len(x) for x in inputs)
+        lp_len = torch.tensor([len(p) for p in prompts])
+        if Tc:
+            g = torch.tensor(grp)
+            idx_c = torch.zeros(B, Tc, dtype=torch.long)
+            for b, x in enumerate(inputs):
+                if x:
+                    idx_c[b, :len(x)] = torch.tensor(x, dtype=torch.long)
+            pos = lp_len[:, None] + torch.arange(Tc)[None, :]
+            beyond = torch.arange(Tp)[None, None, :] >= lp_len[:, None, None]  # another prompt's padding
+            mask = torch.cat([beyond.expand(B, Tc, Tp), torch.triu(torch.ones(Tc, Tc, dtype=torch.bool), 1)[None].expand(B, Tc, Tc)], 2)
+            h_c, _ = self._run(idx_c, pos, mask, [(k[g], v[g]) for k, v in kv_p])
+            hs.append(h_c.reshape(B * Tc, -1))
+        rows, targets = [], []
+        for b, c in enumerate(continuations):
             for j, tok in enumerate(c):
-                rows.append(b)
-                cols.append(len(p) - 1 + j)
+                rows.append(grp[b] * Tp + len(prompts[b]) - 1 if j == 0 else U * Tp + b * Tc + j - 1)
                 targets.append(int(tok))
-        h = self.hidden(idx)[torch.tensor(rows), torch.tensor(cols)]
+        h = torch.cat(hs)[torch.tensor(rows)]
         lp = torch.log_softmax(h @ self._output().T, -1)
         return lp.gather(1, torch.tensor(targets)[:, None])[:, 0]
