@@ -101,19 +101,27 @@ def main(argv=None) -> int:
 
         conts = [o.token_ids for o in outs]
         sampler_lp = torch.tensor([x for o in outs for x in o.token_logprobs], dtype=torch.float32)
+        t1 = time.time()
         if a.trainer == "invar":
             trainer_lp = token_logprobs(llm, model, prompts, conts)
         else:
             trainer_lp = model.token_logprobs(prompts, conts)
+        t_forward = time.time() - t1
         lens = torch.tensor([len(c) for c in conts])
         tok_adv = torch.repeat_interleave(adv, lens)
         log_ratio = trainer_lp - sampler_lp  # exactly 0 with the invar trainer
         ratio = torch.exp(log_ratio)
         loss = -(ratio * tok_adv).sum() / lens.sum()
         opt.zero_grad()
+        t1 = time.time()
         loss.backward()
+        t_backward = time.time() - t1
+        t1 = time.time()
         opt.step()
+        t_adam = time.time() - t1
+        t1 = time.time()
         sync_weights(llm, model)  # the new policy, live in the sampler
+        t_sync = time.time() - t1
 
         lr_ = log_ratio.detach()
         rec = {
@@ -123,7 +131,9 @@ def main(argv=None) -> int:
             "ratio_min": float(ratio.detach().min()), "ratio_max": float(ratio.detach().max()),
             "kl_k1": float((-lr_).mean()), "kl_k3": float((torch.exp(lr_) - 1 - lr_).mean()),
             "loss": float(loss.detach()), "tokens": int(lens.sum()),
-            "sample_s": round(t_sample, 2), "step_s": round(time.time() - t0, 2),
+            "sample_s": round(t_sample, 2), "trainer_forward_s": round(t_forward, 2),
+            "backward_s": round(t_backward, 2), "adam_s": round(t_adam, 2), "sync_s": round(t_sync, 2),
+            "step_s": round(time.time() - t0, 2),
         }
         out.write(json.dumps(rec) + "\n")
         out.flush()
