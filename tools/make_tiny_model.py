@@ -141,7 +141,7 @@ def tiny_shape(arch: str, wtype: str) -> Shape:
         head_dim = 64 if not wide else 128  # != n_embd/n_head on purpose
     moe = arch == "qwen3moe"
     return Shape(n_embd=n_embd, n_layer=2 if arch in ("llama", "qwen3moe") else 3, n_head=4,
-                 n_head_kv=2, n_ff=n_ff, n_ctx=512, head_dim=head_dim,
+                 n_head_kv=2, n_ff=n_ff, n_ctx=1024 if moe else 512, head_dim=head_dim,
                  rope_base=10000.0 if arch == "llama" else 1000000.0,
                  rms_eps=1e-5 if arch == "llama" else 1e-6,
                  n_expert=8 if moe else 0, n_expert_used=4 if moe else 0,

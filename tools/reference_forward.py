@@ -198,10 +198,15 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def moe_ffn(h: np.ndarray, m: Model, p: str, mm) -> np.ndarray:
-    """Routed FFN of layer prefix p on rows h [T, n_embd] (see the module docstring)."""
+def moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | None = None) -> np.ndarray:
+    """Routed FFN of layer prefix p on rows h [T, n_embd] (see the module docstring).
+    route_gaps, if given, gets each row's router-logit gap between the last chosen expert
+    and the first one left out: where it is tiny, an engine's rounding may choose otherwise."""
     cfg, W = m.cfg, m.tensors
     logits = mm(h, p + "ffn_gate_inp.weight")  # [T, n_expert]
+    if route_gaps is not None:
+        srt = np.sort(logits, axis=1)[:, ::-1]
+        route_gaps.append(srt[:, cfg.n_expert_used - 1] - srt[:, cfg.n_expert_used])
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
     prob = z / z.sum(axis=1, keepdims=True)
     chosen = np.argsort(-prob, axis=1, kind="stable")[:, :cfg.n_expert_used]
@@ -217,8 +222,10 @@ def moe_ffn(h: np.ndarray, m: Model, p: str, mm) -> np.ndarray:
     return out
 
 
-def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
+def forward(m: Model, token_ids, emulate_engine: bool = False, route_gaps: list | None = None) -> np.ndarray:
     """Logits [T, n_vocab].
+
+    route_gaps (a list, MoE models): gets one array [T] per layer (moe_ffn).
 
     emulate_engine=True rounds activations as llama.cpp-style engines do (int8
     per block before quantised matmuls, f16/bf16 before f16/bf16 matmuls, K/V
@@ -265,7 +272,7 @@ def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
         x = x + mm(attention(q, k, v, cfg), p + "attn_output.weight")
         h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.rms_eps)
         if cfg.n_expert:
-            x = x + moe_ffn(h, m, p, mm)
+            x = x + moe_ffn(h, m, p, mm, route_gaps)
             continue
         g = mm(h, p + "ffn_gate.weight")
         u = mm(h, p + "ffn_up.weight")
@@ -277,6 +284,13 @@ def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
 def logits(model_path: str, token_ids, dtype=np.float64, emulate_engine: bool = False) -> np.ndarray:
     """Logits [T, n_vocab] for every position of token_ids (in `dtype`)."""
     return forward(load_model(model_path, dtype), token_ids, emulate_engine)
+
+
+def routing_gaps(model_path: str, token_ids) -> np.ndarray:
+    """Per position, the smallest router gap over the layers (moe_ffn); +inf for a dense model."""
+    gaps: list = []
+    forward(load_model(model_path), token_ids, route_gaps=gaps)
+    return np.min(gaps, axis=0) if gaps else np.full(len(token_ids), np.inf)
 
 
 def greedy(model_path: str, token_ids, n_new: int, eos: int | None = None,

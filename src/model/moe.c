@@ -67,13 +67,12 @@ static void route_token(moe_state *s, int64_t t, bool normalise) {
     const float *l = s->logits + t * s->E;
     int32_t *sel = s->sel + t * s->k;
     float *w = s->wts + t * s->k;
+    uint64_t taken[MODEL_MAX_EXPERTS / 64] = {0};
     for (int64_t r = 0; r < s->k; r++) {
         int64_t best = -1;
-        for (int64_t e = 0; e < s->E; e++) {
-            int taken = 0;
-            for (int64_t q = 0; q < r && !taken; q++) taken = sel[q] == e;
-            if (!taken && (best < 0 || l[e] > l[best])) best = e;
-        }
+        for (int64_t e = 0; e < s->E; e++)
+            if (!(taken[e / 64] >> (e % 64) & 1) && (best < 0 || l[e] > l[best])) best = e;
+        taken[best / 64] |= 1ull << (best % 64);
         sel[r] = (int32_t)best;
     }
     float max = l[sel[0]];
