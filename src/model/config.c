@@ -99,8 +99,9 @@ static int read_moe(const gguf_file *f, model_config *c, char *err, size_t errle
     float scale;
     c->n_ff = 0; /* feed_forward_length, if given (bounded above), is a dense FFN qwen3moe does not have */
     if (read_int(f, a, "expert_count", 2, MODEL_MAX_EXPERTS, true, 0, &c->n_expert, err, errlen) ||
-        read_int(f, a, "expert_used_count", 1, c->n_expert < MODEL_MAX_EXPERTS_USED ? c->n_expert : MODEL_MAX_EXPERTS_USED,
-                 true, 0, &c->n_expert_used, err, errlen) ||
+        read_int(f, a, "expert_used_count", 1,
+                 c->n_expert < MODEL_MAX_EXPERTS_USED ? c->n_expert : MODEL_MAX_EXPERTS_USED, true, 0,
+                 &c->n_expert_used, err, errlen) ||
         read_int(f, a, "expert_feed_forward_length", 1, MODEL_MAX_FF, true, 0, &c->n_ff_exp, err, errlen) ||
         read_bool(f, a, "expert_weights_norm", true, &c->expert_weights_norm, err, errlen))
         return -1;
@@ -113,7 +114,8 @@ static int read_moe(const gguf_file *f, model_config *c, char *err, size_t errle
     if (read_int(f, a, "leading_dense_block_count", 0, INT64_MAX, false, 0, &v, err, errlen)) return -1;
     if (v) FAIL("%s.leading_dense_block_count = %lld: every qwen3moe layer is routed", a, (long long)v);
     if (read_float(f, a, "expert_weights_scale", -FLT_MAX, FLT_MAX, 1.0f, &scale, err, errlen)) return -1;
-    if (scale != 1.0f) FAIL("%s.expert_weights_scale = %g is not supported (qwen3moe does not scale)", a, (double)scale);
+    if (scale != 1.0f)
+        FAIL("%s.expert_weights_scale = %g is not supported (qwen3moe does not scale)", a, (double)scale);
     return 0;
 }
 

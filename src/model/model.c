@@ -58,8 +58,7 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
 
 /* A 3-D expert tensor [n_expert][n][k] (ggml ne = {k, n, n_expert}): one matrix view per
  * expert, each the expert's n rows of the file's data, still quantised. */
-static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err,
-                        size_t errlen) {
+static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err, size_t errlen) {
     const int64_t E = m->cfg.n_expert;
     const gguf_tensor *t = find(m, name);
     if (!t) FAIL("missing tensor %s", name);

@@ -7,16 +7,16 @@
 
 struct moe_state {
     int64_t max_tokens, E, k, D, F;
-    float *logits;      /* [T][E] router output */
-    int32_t *sel;       /* [T][k] expert of each (token, rank) */
-    float *wts;         /* [T][k] its weight */
-    int64_t *count;     /* [E] tokens routed to each expert in this layer */
-    int64_t *start;     /* [E + 1] first sorted slot of each expert */
-    int64_t *fill;      /* [E] */
-    int64_t *slot;      /* [T][k] sorted slot of each (token, rank) */
+    float *logits;         /* [T][E] router output */
+    int32_t *sel;          /* [T][k] expert of each (token, rank) */
+    float *wts;            /* [T][k] its weight */
+    int64_t *count;        /* [E] tokens routed to each expert in this layer */
+    int64_t *start;        /* [E + 1] first sorted slot of each expert */
+    int64_t *fill;         /* [E] */
+    int64_t *slot;         /* [T][k] sorted slot of each (token, rank) */
     float *xg, *g, *u, *y; /* sorted rows: input [T k][D], gate and up [T k][F], output [T k][D] */
-    uint64_t *seen;     /* [E] tests: moe_counts_seen */
-    bool normalise;     /* expert_weights_norm */
+    uint64_t *seen;        /* [E] tests: moe_counts_seen */
+    bool normalise;        /* expert_weights_norm */
     moe_combine_mode combine;
 };
 
@@ -24,8 +24,7 @@ static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 6
 
 void moe_state_free(moe_state *s) {
     if (!s) return;
-    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot,
-                 s->xg,     s->g,   s->u,   s->y,     s->seen};
+    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot, s->xg, s->g, s->u, s->y, s->seen};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
     free(s);
 }
@@ -33,8 +32,8 @@ void moe_state_free(moe_state *s) {
 moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     moe_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    *s = (moe_state){.max_tokens = max_tokens, .E = c->n_expert, .k = c->n_expert_used, .D = c->n_embd,
-                     .F = c->n_ff_exp};
+    *s = (moe_state){
+        .max_tokens = max_tokens, .E = c->n_expert, .k = c->n_expert_used, .D = c->n_embd, .F = c->n_ff_exp};
     s->normalise = c->expert_weights_norm;
     const size_t T = (size_t)max_tokens, E = (size_t)s->E, TK = T * (size_t)s->k;
     s->logits = falloc(T * E);
@@ -108,8 +107,8 @@ static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
     }
 }
 
-void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T,
-                     moe_matmul_fn mm, void *scratch) {
+void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T, moe_matmul_fn mm,
+                     void *scratch) {
     const int64_t D = s->D, F = s->F;
     mm(tp, &L->router, xn, T, D, s->logits, s->E, scratch);
     for (int64_t t = 0; t < T; t++) route_token(s, t, s->normalise);

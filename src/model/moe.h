@@ -34,8 +34,8 @@ void moe_state_set_combine(moe_state *s, moe_combine_mode mode);
  * moe_combine_row gives each token's layer output. mm is the forward's matmul (cpu_matmul,
  * or a test's replacement); scratch holds cpu_matmul_scratch_bytes for T rows of every
  * weight of the layer. */
-void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T,
-                     moe_matmul_fn mm, void *scratch);
+void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T, moe_matmul_fn mm,
+                     void *scratch);
 /* out[n_embd] = token t's weighted sum of its experts' outputs. Rows may run concurrently. */
 void moe_combine_row(const moe_state *s, int64_t t, float *out);
 
