@@ -11,6 +11,7 @@
 * expert_weights_norm is read: invar on a file saying false is far from the reference
   computed as if it were true.
 * Bad metadata and tensor shapes are refused with a message naming them.
+* Weight updates: attention weights update; the router and experts are refused by name.
 * The engine invariance suite (test_engine_invariance: alone vs random batches of 2..64,
   chunked prefill, 1 vs 2 threads, greedy / seeded / logits processing, its negative
   controls, the per-expert token count check and the experts-in-load-order control) and the
@@ -126,3 +127,25 @@ def test_engine_invariance_suite_on_qwen3moe(synthetic_model):
 def test_serving_determinism_suite_on_qwen3moe(synthetic_model):
     out = run_suite("test_serving_determinism", synthetic_model("qwen3moe-Q4_1"))
     assert "FAILED" not in out, out[-3000:]
+
+
+def test_weight_updates_on_qwen3moe(synthetic_model):
+    """Attention weights update as on a dense model; the router and experts are refused by
+    name (not yet supported), and the dense FFN a routed layer lacks is not there."""
+    from invar_pkg import invar
+    from test_python_weights import file_weights, outputs
+
+    path = synthetic_model("qwen3moe-F32")
+    w = file_weights(path)
+    with invar.LLM(str(path), threads=2) as llm:
+        before = outputs(llm)
+        for name in ("blk.0.ffn_gate_exps.weight", "blk.1.ffn_down_exps.weight", "blk.0.ffn_gate_inp.weight"):
+            with pytest.raises(invar.InvarError, match="cannot be replaced yet"):
+                llm.update_weights({name: w[name]})
+        with pytest.raises(invar.InvarError, match="no tensor blk.0.ffn_up.weight"):
+            llm.update_weights({"blk.0.ffn_up.weight": w["blk.1.attn_q.weight"]})
+        assert outputs(llm) == before
+        llm.update_weights({"blk.0.attn_q.weight": w["blk.1.attn_q.weight"]})
+        assert outputs(llm) != before
+        llm.update_weights({"blk.0.attn_q.weight": w["blk.0.attn_q.weight"]})
+        assert outputs(llm) == before
