@@ -59,8 +59,8 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
 void moe_state_set_combine(moe_state *s, moe_combine_mode mode) { s->combine = mode; }
 const uint64_t *moe_counts_seen(const moe_state *s) { return s->seen; }
 
-/* Token t's experts: the k largest logits (ties: the lower id; a NaN is never preferred),
- * in that rank order, and their softmax weights, over all experts or, normalised, over
+/* Token t's experts: the k largest logits (ties: the lower id; whatever the logits, even
+ * NaNs, k distinct valid ids), in that rank order, and their softmax weights, over all experts or, normalised, over
  * the chosen k. Sums run in expert-id order and rank order: the token's row alone. */
 static void route_token(moe_state *s, int64_t t, bool normalise) {
     const float *l = s->logits + t * s->E;
