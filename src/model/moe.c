@@ -7,6 +7,7 @@
 
 struct moe_state {
     int64_t max_tokens, E, k, D, F;
+    int64_t n_rows;        /* T k sorted rows of the current layer */
     float *logits;         /* [T][E] router output */
     int32_t *sel;          /* [T][k] expert of each (token, rank) */
     float *wts;            /* [T][k] its weight */
@@ -107,6 +108,15 @@ static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
     }
 }
 
+/* SiLU(gate) * up over the sorted rows, ROWS_PER_TASK rows a task: each row on its own, so
+ * the split cannot change a bit. */
+static void silu_task(void *ctx, int64_t task) {
+    moe_state *s = ctx;
+    const int64_t n = s->n_rows, F = s->F;
+    for (int64_t p = task * ROWS_PER_TASK; p < n && p < (task + 1) * ROWS_PER_TASK; p++)
+        row_silu_mul(s->g + p * F, s->u + p * F, s->g + p * F, F);
+}
+
 void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T, moe_matmul_fn mm,
                      void *scratch) {
     const int64_t D = s->D, F = s->F;
@@ -123,7 +133,11 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
         else
             for (int i = 0; i < 2; i++) mm(tp, w[i], s->xg + p * D, c, D, y[i], ldy[i], scratch);
     }
-    for (int64_t p = 0; p < T * s->k; p++) row_silu_mul(s->g + p * F, s->u + p * F, s->g + p * F, F);
+    s->n_rows = T * s->k;
+    const int64_t n_tasks = (s->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    if (s->n_rows < ROWS_PARALLEL_MIN)
+        for (int64_t i = 0; i < n_tasks; i++) silu_task(s, i);
+    else threadpool_run(tp, silu_task, s, n_tasks);
     for (int64_t e = 0; e < s->E; e++) {
         const int64_t c = s->count[e], p = s->start[e];
         if (c) mm(tp, &L->exp_down[e], s->g + p * F, c, F, s->y + p * D, D, scratch);
