@@ -7,9 +7,16 @@ exist to test the engine's forward pass on every architecture and weight type
 against tools/reference_forward.py without shipping large real checkpoints.
 
 Usage:
-  python tools/make_tiny_model.py --arch llama|qwen2|qwen3 --type Q4_1 \
+  python tools/make_tiny_model.py --arch llama|qwen2|qwen3|qwen3moe --type Q4_1 \
       --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m] \
       [--embd-type Q8_0] [--vocab N]
+
+qwen3moe is qwen3 (QK-norm) with every FFN routed: a float32 router
+ffn_gate_inp [n_expert, n_embd] and the experts' gate/up/down as 3-D tensors
+ffn_{gate,up,down}_exps (ggml ne [n_embd, n_ff_exp, n_expert] and
+[n_ff_exp, n_embd, n_expert]), with the expert_count / expert_used_count /
+expert_feed_forward_length keys of llama.cpp's converter (tiny: 8 experts, 4
+used; --expert-weights-norm true|false also writes that key).
 
 --vocab N keeps only the first N tokens of the copied vocabulary (and the
 merges among them): a model whose logits and sampling cost almost nothing, for
@@ -52,7 +59,7 @@ DEFAULT_TOKENIZER_MODEL = os.environ.get(
     "INVAR_MODEL",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
-ARCHES = ("llama", "qwen2", "qwen3")
+ARCHES = ("llama", "qwen2", "qwen3", "qwen3moe")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K",
          "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4")
 MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "EVERY")
@@ -95,6 +102,7 @@ def mix_type(mix: str, role: str, layer: int, n_layer: int) -> str:
     if mix == "Q5_K_M":
         return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and more_bits) else "Q5_K"
     if mix == "EVERY":
+        role = role.replace("_exps", "")  # an expert tensor takes its dense role's turn
         slot = 0 if role == "token_embd" else 1 + 7 * n_layer if role == "output" else 7 * layer + _ROLES.index(role)
         return EVERY_TYPES[slot % len(EVERY_TYPES)]
     if mix == "Q3_K_M":
@@ -119,6 +127,9 @@ class Shape:
     head_dim: int  # may differ from n_embd / n_head (qwen3)
     rope_base: float
     rms_eps: float
+    n_expert: int = 0  # qwen3moe: experts per layer, used per token, expert FFN width
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
 
 def tiny_shape(arch: str, wtype: str) -> Shape:
@@ -126,12 +137,15 @@ def tiny_shape(arch: str, wtype: str) -> Shape:
     n_embd = 256 if wide else 128
     n_ff = 512 if wide else 256
     head_dim = n_embd // 4
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3moe"):
         head_dim = 64 if not wide else 128  # != n_embd/n_head on purpose
-    return Shape(n_embd=n_embd, n_layer=2 if arch == "llama" else 3, n_head=4,
-                 n_head_kv=2, n_ff=n_ff, n_ctx=512, head_dim=head_dim,
+    moe = arch == "qwen3moe"
+    return Shape(n_embd=n_embd, n_layer=2 if arch in ("llama", "qwen3moe") else 3, n_head=4,
+                 n_head_kv=2, n_ff=n_ff, n_ctx=1024 if moe else 512, head_dim=head_dim,
                  rope_base=10000.0 if arch == "llama" else 1000000.0,
-                 rms_eps=1e-5 if arch == "llama" else 1e-6)
+                 rms_eps=1e-5 if arch == "llama" else 1e-6,
+                 n_expert=8 if moe else 0, n_expert_used=4 if moe else 0,
+                 n_ff_exp=(256 if wide else 64) if moe else 0)
 
 
 SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
@@ -330,7 +344,7 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
                separate_output: bool = False, shape: str = "tiny",
                embd_type: str | None = None,
                tokenizer_src: str = DEFAULT_TOKENIZER_MODEL, quiet: bool = True,
-               vocab: int | None = None) -> str:
+               vocab: int | None = None, expert_weights_norm: bool | None = None) -> str:
     if arch not in ARCHES:
         raise ValueError(f"unknown arch {arch!r}")
     if wtype not in TYPES + MIXES:
@@ -341,8 +355,10 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
         s = tiny_shape(arch, wtype)
     elif shape == "smollm2-135m" or shape in GPU_SHAPES:
         s = SMOLLM2_135M if shape == "smollm2-135m" else GPU_SHAPES[shape]
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             s = replace(s, rms_eps=1e-6)
+        if arch == "qwen3moe":
+            s = replace(s, n_expert=8, n_expert_used=4, n_ff_exp=s.n_ff // 2)
     else:
         raise ValueError(f"unknown shape {shape!r}")
 
@@ -365,7 +381,14 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     w.add_layer_norm_rms_eps(s.rms_eps)
     w.add_rope_dimension_count(s.head_dim)
     w.add_vocab_size(n_vocab)
-    if arch == "qwen3" or s.head_dim * s.n_head != s.n_embd:
+    if s.n_expert:
+        w.add_expert_count(s.n_expert)
+        w.add_expert_used_count(s.n_expert_used)
+        w.add_expert_feed_forward_length(s.n_ff_exp)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+        if expert_weights_norm is not None:
+            w.add_expert_weights_norm(expert_weights_norm)
+    if arch in ("qwen3", "qwen3moe") or s.head_dim * s.n_head != s.n_embd:
         w.add_key_length(s.head_dim)
         w.add_value_length(s.head_dim)
     w.add_file_type(FILE_TYPE[wtype])
@@ -383,6 +406,14 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
         arr, raw, t_used = encode(rng, rows, cols, std, t)
         used[t_used] = used.get(t_used, 0) + 1
         w.add_tensor(name, arr, raw_dtype=raw)
+
+    def add_experts(name: str, rows: int, cols: int, std: float, t: str) -> None:
+        """[n_expert, rows, cols]: the experts' matrices one after another."""
+        if t in MIXES:
+            t = mix_type(t, name.split(".")[2], int(name.split(".")[1]), s.n_layer)
+        arr, raw, t_used = encode(rng, s.n_expert * rows, cols, std, t)
+        used[t_used] = used.get(t_used, 0) + 1
+        w.add_tensor(name, arr.reshape(s.n_expert, rows, -1), raw_dtype=raw)
 
     def add_f32(name: str, arr: np.ndarray) -> None:
         w.add_tensor(name, arr.astype(np.float32))
@@ -404,11 +435,18 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
             add_f32(p + "attn_q.bias", 0.1 * rng.standard_normal(q_dim))
             add_f32(p + "attn_k.bias", 0.1 * rng.standard_normal(kv_dim))
             add_f32(p + "attn_v.bias", 0.1 * rng.standard_normal(kv_dim))
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             add_f32(p + "attn_q_norm.weight", norm_weight(hd))
             add_f32(p + "attn_k_norm.weight", norm_weight(hd))
         add(p + "attn_output.weight", d, q_dim, 0.5 / np.sqrt(q_dim), wtype)
         add_f32(p + "ffn_norm.weight", norm_weight(d))
+        if s.n_expert:
+            # router logits of std ~2: tokens spread over the experts, with clear top-k choices
+            add_f32(p + "ffn_gate_inp.weight", 2.0 / np.sqrt(d) * rng.standard_normal((s.n_expert, d)))
+            add_experts(p + "ffn_gate_exps.weight", s.n_ff_exp, d, 1.0 / np.sqrt(d), wtype)
+            add_experts(p + "ffn_up_exps.weight", s.n_ff_exp, d, 1.0 / np.sqrt(d), wtype)
+            add_experts(p + "ffn_down_exps.weight", d, s.n_ff_exp, 0.5 / np.sqrt(s.n_ff_exp), wtype)
+            continue
         add(p + "ffn_gate.weight", s.n_ff, d, 1.0 / np.sqrt(d), wtype)
         add(p + "ffn_up.weight", s.n_ff, d, 1.0 / np.sqrt(d), wtype)
         add(p + "ffn_down.weight", d, s.n_ff, 0.5 / np.sqrt(s.n_ff), wtype)
@@ -442,10 +480,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="GGUF whose tokenizer.* keys are copied")
     ap.add_argument("--vocab", type=int, default=None,
                     help="keep only the first N tokens of the vocabulary (a cheap model for fuzzing)")
+    ap.add_argument("--expert-weights-norm", choices=("true", "false"), default=None,
+                    help="qwen3moe: write expert_weights_norm (absent: the key is not written; invar and "
+                         "llama.cpp then normalise)")
     a = ap.parse_args(argv)
+    norm = None if a.expert_weights_norm is None else a.expert_weights_norm == "true"
     make_model(a.out, a.arch, a.wtype, a.seed, a.separate_output, a.shape,
                a.embd_type, a.tokenizer_from,
-               quiet=False, vocab=a.vocab)
+               quiet=False, vocab=a.vocab, expert_weights_norm=norm)
     return 0
 
 

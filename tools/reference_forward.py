@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent numpy forward pass of llama / qwen2 / qwen3 GGUF models.
+"""Independent numpy forward pass of llama / qwen2 / qwen3 / qwen3moe GGUF models.
 
 This is the test oracle for invar's logits.  It shares no code with invar:
 weights are dequantised by gguf-py (gguf.quants.dequantize) and every step is
@@ -19,6 +19,11 @@ Semantics (as llama.cpp runs GGUF files of these architectures):
   * qwen2: biases on Q, K, V.  qwen3: RMSNorm over head_dim on each Q and K
     head (weights attn_q_norm / attn_k_norm) before rope.
   * FFN: down(silu(gate(x)) * up(x)).
+  * qwen3moe: qwen3 whose every FFN is routed: p = softmax(x @ ffn_gate_inp^T)
+    over all experts, the expert_used_count largest p chosen, their weights
+    p / sum(chosen p) (expert_weights_norm, default true; false: p as is), and
+    the FFN output sum_e w_e * down_e(silu(gate_e(x)) * up_e(x)) over the chosen
+    experts, each expert's matrices a slice of the 3-D ffn_*_exps tensors.
   * Output matrix is output.weight, or token_embd.weight when absent (tied).
 
 CLI:  python tools/reference_forward.py MODEL.gguf --tokens 1,2,3 [--out F]
@@ -51,6 +56,9 @@ class Config:
     rms_eps: float
     n_vocab: int
     neox: bool
+    n_expert: int = 0
+    n_expert_used: int = 0
+    expert_weights_norm: bool = True
 
 
 @dataclass
@@ -86,7 +94,7 @@ def load_model(path: str, dtype=np.float64) -> Model:
         return _cache[key]
     r = gguf.GGUFReader(path)
     arch = _field(r, "general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3"):
+    if arch not in ("llama", "qwen2", "qwen3", "qwen3moe"):
         raise ValueError(f"unsupported architecture {arch!r}")
     n_embd = int(_field(r, f"{arch}.embedding_length"))
     n_head = int(_field(r, f"{arch}.attention.head_count"))
@@ -104,7 +112,10 @@ def load_model(path: str, dtype=np.float64) -> Model:
         rope_base=float(_field(r, f"{arch}.rope.freq_base", 10000.0)),
         rms_eps=float(_field(r, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
         n_vocab=n_vocab,
-        neox=arch in ("qwen2", "qwen3"),
+        neox=arch in ("qwen2", "qwen3", "qwen3moe"),
+        n_expert=int(_field(r, f"{arch}.expert_count", 0)),
+        n_expert_used=int(_field(r, f"{arch}.expert_used_count", 0)),
+        expert_weights_norm=bool(_field(r, f"{arch}.expert_weights_norm", True)),
     )
     m = Model(cfg=cfg, tensors=tensors, types=types, dtype=dtype)
     _cache.clear()  # hold at most one model: the real one is ~1 GB in float64
@@ -187,8 +198,34 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
+def moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | None = None) -> np.ndarray:
+    """Routed FFN of layer prefix p on rows h [T, n_embd] (see the module docstring).
+    route_gaps, if given, gets each row's router-logit gap between the last chosen expert
+    and the first one left out: where it is tiny, an engine's rounding may choose otherwise."""
+    cfg, W = m.cfg, m.tensors
+    logits = mm(h, p + "ffn_gate_inp.weight")  # [T, n_expert]
+    if route_gaps is not None:
+        srt = np.sort(logits, axis=1)[:, ::-1]
+        route_gaps.append(srt[:, cfg.n_expert_used - 1] - srt[:, cfg.n_expert_used])
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    prob = z / z.sum(axis=1, keepdims=True)
+    chosen = np.argsort(-prob, axis=1, kind="stable")[:, :cfg.n_expert_used]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        w = prob[t, chosen[t]]
+        if cfg.expert_weights_norm:
+            w = w / w.sum()
+        for e, we in zip(chosen[t], w):
+            g = h[t] @ W[p + "ffn_gate_exps.weight"][e].T
+            u = h[t] @ W[p + "ffn_up_exps.weight"][e].T
+            out[t] += we * ((silu(g) * u) @ W[p + "ffn_down_exps.weight"][e].T)
+    return out
+
+
+def forward(m: Model, token_ids, emulate_engine: bool = False, route_gaps: list | None = None) -> np.ndarray:
     """Logits [T, n_vocab].
+
+    route_gaps (a list, MoE models): gets one array [T] per layer (moe_ffn).
 
     emulate_engine=True rounds activations as llama.cpp-style engines do (int8
     per block before quantised matmuls, f16/bf16 before f16/bf16 matmuls, K/V
@@ -234,6 +271,9 @@ def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
         v = kv_store(v)
         x = x + mm(attention(q, k, v, cfg), p + "attn_output.weight")
         h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.rms_eps)
+        if cfg.n_expert:
+            x = x + moe_ffn(h, m, p, mm, route_gaps)
+            continue
         g = mm(h, p + "ffn_gate.weight")
         u = mm(h, p + "ffn_up.weight")
         x = x + mm(silu(g) * u, p + "ffn_down.weight")
@@ -244,6 +284,13 @@ def forward(m: Model, token_ids, emulate_engine: bool = False) -> np.ndarray:
 def logits(model_path: str, token_ids, dtype=np.float64, emulate_engine: bool = False) -> np.ndarray:
     """Logits [T, n_vocab] for every position of token_ids (in `dtype`)."""
     return forward(load_model(model_path, dtype), token_ids, emulate_engine)
+
+
+def routing_gaps(model_path: str, token_ids) -> np.ndarray:
+    """Per position, the smallest router gap over the layers (moe_ffn); +inf for a dense model."""
+    gaps: list = []
+    forward(load_model(model_path), token_ids, route_gaps=gaps)
+    return np.min(gaps, axis=0) if gaps else np.full(len(token_ids), np.inf)
 
 
 def greedy(model_path: str, token_ids, n_new: int, eos: int | None = None,

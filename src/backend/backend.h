@@ -99,6 +99,12 @@ int backend_cpu_set_attention(backend *b, attn_split_mode mode);
  * (seed, position + i), so a sampled token depends on its row's place in the step. -1 for
  * a backend that is not the CPU's. */
 int backend_cpu_set_draw_by_row(backend *b, bool on);
+/* Tests only: how a MoE model combines a token's experts (MOE_COMBINE_BY_LOAD, model/moe.h,
+ * is a negative control). -1 for a backend that is not the CPU's or a dense model. */
+int backend_cpu_set_moe_combine(backend *b, moe_combine_mode mode);
+/* Tests only: which per-expert token counts the CPU backend's forwards have seen
+ * (moe_counts_seen, model/moe.h); NULL for another backend or a dense model. */
+const uint64_t *backend_cpu_moe_counts_seen(backend *b);
 /* Tests and benchmarks: the CUDA backend's GEMM (its decode graphs are captured again).
  * SPLIT_BY_M is a negative control (the invariant kernel with a K chunk that depends on M's
  * parity). -1 for another backend. */

@@ -167,6 +167,14 @@ int backend_cpu_set_attention(backend *b, attn_split_mode mode) {
     return 0;
 }
 
+int backend_cpu_set_moe_combine(backend *b, moe_combine_mode mode) {
+    return b->ops == &cpu_ops ? fwd_state_set_moe_combine(cpu(b)->fwd, mode) : -1;
+}
+
+const uint64_t *backend_cpu_moe_counts_seen(backend *b) {
+    return b->ops == &cpu_ops ? fwd_state_moe_counts_seen(cpu(b)->fwd) : NULL;
+}
+
 int backend_cpu_set_draw_by_row(backend *b, bool on) {
     if (b->ops != &cpu_ops) return -1;
     cpu(b)->draw_by_row = on;

@@ -19,8 +19,12 @@
 #define MODEL_MAX_FF 262144
 #define MODEL_MAX_HEADS 1024
 #define MODEL_MAX_HEAD_DIM 512
+/* Mixture of experts: per layer, n_expert expert FFNs of n_ff_exp, n_expert_used of them
+ * per token (the router's top-k). */
+#define MODEL_MAX_EXPERTS 1024
+#define MODEL_MAX_EXPERTS_USED 64
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 } model_arch;
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE } model_arch;
 
 typedef struct {
     model_arch arch;
@@ -29,6 +33,12 @@ typedef struct {
     int64_t n_vocab, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
     bool rope_neox;                            /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
+    /* Mixture of experts (qwen3moe; n_expert 0 for a dense model, whose n_ff is its FFN):
+     * every layer routes each token to its top n_expert_used experts by softmax of the
+     * router's logits; with expert_weights_norm the chosen probabilities are rescaled to
+     * sum to 1. A MoE model has n_ff 0 (no dense FFN). */
+    int64_t n_expert, n_expert_used, n_ff_exp;
+    bool expert_weights_norm;
 } model_config;
 
 int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen);

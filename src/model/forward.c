@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rowops.h"
+#include "model/moe.h"
 
 struct fwd_state {
     int64_t max_tokens, max_logits;
@@ -15,10 +16,17 @@ struct fwd_state {
     void *scratch;
     matmul_fn matmul;
     attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */
+    moe_state *moe;             /* routed layers' buffers, or NULL for a dense model */
 };
 
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn ? fn : cpu_matmul; }
 void fwd_state_set_attention(fwd_state *s, attn_split_mode mode) { s->attn_split = mode; }
+int fwd_state_set_moe_combine(fwd_state *s, moe_combine_mode mode) {
+    if (!s->moe) return -1;
+    moe_state_set_combine(s->moe, mode);
+    return 0;
+}
+const uint64_t *fwd_state_moe_counts_seen(const fwd_state *s) { return s->moe ? moe_counts_seen(s->moe) : NULL; }
 
 size_t kv_bytes_per_block(const model_config *c) {
     return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(float);
@@ -73,16 +81,25 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     s->k = falloc(T * kvd);
     s->v = falloc(T * kvd);
     s->attn = falloc(T * qd);
-    s->gate = falloc(T * (size_t)c->n_ff);
-    s->up = falloc(T * (size_t)c->n_ff);
+    s->gate = falloc(T * max_sz((size_t)c->n_ff, 1)); /* a MoE model has no dense FFN (n_ff 0) */
+    s->up = falloc(T * max_sz((size_t)c->n_ff, 1));
+    if (c->n_expert && !(s->moe = moe_state_create(c, max_tokens))) {
+        fwd_state_free(s);
+        return NULL;
+    }
     s->hidden = falloc((size_t)max_logits * (size_t)c->n_embd);
     s->jobs = malloc(sizeof(attn_job) * T);
     s->row_cuts = malloc(sizeof(int64_t) * (T + 1));
     size_t sc = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        const cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-        for (size_t i = 0; i < 7; i++) sc = max_sz(sc, cpu_matmul_scratch_bytes(ws[i], max_tokens));
+        const cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
+        for (size_t i = 0; i < 8; i++)
+            if (ws[i]->data) sc = max_sz(sc, cpu_matmul_scratch_bytes(ws[i], max_tokens));
+        for (int64_t e = 0; L->exp_gate && e < c->n_expert; e++) { /* an expert gets at most every token */
+            const cpu_weight *xs[] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
+            for (size_t i = 0; i < 3; i++) sc = max_sz(sc, cpu_matmul_scratch_bytes(xs[i], max_tokens));
+        }
     }
     sc = max_sz(sc, cpu_matmul_scratch_bytes(&m->output, max_logits));
     s->scratch = malloc(sc ? sc : 1);
@@ -101,6 +118,7 @@ void fwd_state_free(fwd_state *s) {
     free(s->jobs);
     free(s->row_cuts);
     free(s->scratch);
+    moe_state_free(s->moe);
     free(s);
 }
 
@@ -211,9 +229,21 @@ static void attention_block(const model *m, fwd_state *s, threadpool *tp, rows_c
     for_each_row(tp, rc, row_attn_residual);
 }
 
+/* A routed layer's output into xn (moe.h), then the residual as for a dense FFN. */
+static void row_moe_residual(void *ctx, int64_t t) {
+    const rows_ctx *c = ctx;
+    moe_combine_row(c->s->moe, t, c->s->xn + t * c->m->cfg.n_embd);
+    row_ffn_residual(ctx, t);
+}
+
 static void ffn_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
+    if (L->exp_gate) {
+        moe_run_experts(s->moe, tp, L, s->xn, rc->b->n_tokens, s->matmul, s->scratch);
+        for_each_row(tp, rc, row_moe_residual);
+        return;
+    }
     const int64_t T = rc->b->n_tokens, D = c->n_embd, F = c->n_ff;
     const cpu_weight *w[] = {&L->gate, &L->up};
     float *const y[] = {s->gate, s->up};

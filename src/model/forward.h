@@ -9,6 +9,7 @@
 #include "kernels/cpu/threadpool.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 /* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and for V
  * (layout inside a block: attention.h). */
@@ -35,6 +36,11 @@ void fwd_state_free(fwd_state *s);
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn);
 /* Tests only: the attention split (ATTN_SPLIT_BY_BATCH is a negative control). */
 void fwd_state_set_attention(fwd_state *s, attn_split_mode mode);
+/* Tests only: how a routed layer combines a token's experts (MOE_COMBINE_BY_LOAD is a
+ * negative control); -1 for a dense model. */
+int fwd_state_set_moe_combine(fwd_state *s, moe_combine_mode mode);
+/* Tests only: moe_counts_seen of the routed layers (n_expert entries), NULL for a dense model. */
+const uint64_t *fwd_state_moe_counts_seen(const fwd_state *s);
 
 /* Writes logits [n_logits][n_vocab]. Positions must be < m->rope_len and each
  * sequence's blocks for positions 0..pos must exist. Returns 0, -1 on bad input. */

@@ -56,6 +56,40 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
     return 0;
 }
 
+/* A 3-D expert tensor [n_expert][n][k] (ggml ne = {k, n, n_expert}): one matrix view per
+ * expert, each the expert's n rows of the file's data, still quantised. */
+static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err, size_t errlen) {
+    const int64_t E = m->cfg.n_expert;
+    const gguf_tensor *t = find(m, name);
+    if (!t) FAIL("missing tensor %s", name);
+    if (t->n_dims != 3 || t->ne[0] != k || t->ne[1] != n || t->ne[2] != E)
+        FAIL("tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld]", t->name,
+             (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)(t->n_dims > 2 ? t->ne[2] : 1),
+             (unsigned)t->n_dims, (long long)k, (long long)n, (long long)E);
+    *out = calloc((size_t)E, sizeof **out);
+    if (!*out) FAIL("out of memory");
+    const size_t rb = quant_row_bytes(t->type, k);
+    char e2[200];
+    for (int64_t e = 0; e < E; e++)
+        if (cpu_weight_view(&(*out)[e], t->type, n, k, (const char *)t->data + (size_t)e * (size_t)n * rb, e2,
+                            sizeof e2))
+            FAIL("tensor %s: %s", name, e2);
+    return 0;
+}
+
+static int load_moe(model *m, layer_weights *L, int64_t il, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
+    if (bind_matrix(m, &L->router, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, err, errlen) ||
+        bind_experts(m, &L->exp_gate, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
+        bind_experts(m, &L->exp_up, NAME("ffn_up_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
+        bind_experts(m, &L->exp_down, NAME("ffn_down_exps.weight"), c->n_ff_exp, c->n_embd, err, errlen))
+        return -1;
+#undef NAME
+    return 0;
+}
+
 static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
     layer_weights *L = &m->layers[il];
@@ -68,14 +102,18 @@ static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
     if (bind_matrix(m, &L->wk, NAME("attn_k.weight"), c->n_embd, kvd, err, errlen)) return -1;
     if (bind_matrix(m, &L->wv, NAME("attn_v.weight"), c->n_embd, kvd, err, errlen)) return -1;
     if (bind_matrix(m, &L->wo, NAME("attn_output.weight"), qd, c->n_embd, err, errlen)) return -1;
-    if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen)) return -1;
-    if (bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen)) return -1;
-    if (bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen)) return -1;
+    if (c->n_expert) {
+        if (load_moe(m, L, il, err, errlen)) return -1;
+    } else if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen) ||
+               bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen) ||
+               bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen)) {
+        return -1;
+    }
     int need_bias = c->arch == ARCH_QWEN2;
     if (load_vector(m, &L->bq, NAME("attn_q.bias"), qd, need_bias, err, errlen)) return -1;
     if (load_vector(m, &L->bk, NAME("attn_k.bias"), kvd, need_bias, err, errlen)) return -1;
     if (load_vector(m, &L->bv, NAME("attn_v.bias"), kvd, need_bias, err, errlen)) return -1;
-    int need_qk_norm = c->arch == ARCH_QWEN3;
+    int need_qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
     if (load_vector(m, &L->q_norm, NAME("attn_q_norm.weight"), c->head_dim, need_qk_norm, err, errlen)) return -1;
     if (load_vector(m, &L->k_norm, NAME("attn_k_norm.weight"), c->head_dim, need_qk_norm, err, errlen)) return -1;
 #undef NAME
@@ -165,12 +203,23 @@ int model_load(const char *path, model **out, char *err, size_t errlen) {
     return 0;
 }
 
+/* The expert matrices of a routed layer (NULL entries for a dense one). */
+static cpu_weight **expert_sets(layer_weights *L, cpu_weight **sets) {
+    sets[0] = L->exp_gate, sets[1] = L->exp_up, sets[2] = L->exp_down;
+    return sets;
+}
+
 static int pack_all(model *m, char *err, size_t errlen) {
     for (int64_t il = 0; il < m->cfg.n_layer; il++) {
         layer_weights *L = &m->layers[il];
-        cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            if (cpu_weight_pack(ws[i], err, errlen)) return -1;
+            if (ws[i]->data && cpu_weight_pack(ws[i], err, errlen)) return -1;
+        cpu_weight *sets[3];
+        expert_sets(L, sets);
+        for (int j = 0; j < 3; j++)
+            for (int64_t e = 0; sets[j] && e < m->cfg.n_expert; e++)
+                if (cpu_weight_pack(&sets[j][e], err, errlen)) return -1;
     }
     return cpu_weight_pack(&m->output, err, errlen);
 }
@@ -183,9 +232,15 @@ int model_bind_cpu(model *m, char *err, size_t errlen) {
     return rc;
 }
 
-static void free_layer(layer_weights *L) {
-    cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+static void free_layer(layer_weights *L, int64_t n_expert) {
+    cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) cpu_weight_free(ws[i]);
+    cpu_weight *sets[3];
+    expert_sets(L, sets);
+    for (int j = 0; j < 3; j++) {
+        for (int64_t e = 0; sets[j] && e < n_expert; e++) cpu_weight_free(&sets[j][e]);
+        free(sets[j]);
+    }
     float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
 }
@@ -193,7 +248,7 @@ static void free_layer(layer_weights *L) {
 void model_free(model *m) {
     if (!m) return;
     if (m->layers)
-        for (int64_t il = 0; il < m->cfg.n_layer; il++) free_layer(&m->layers[il]);
+        for (int64_t il = 0; il < m->cfg.n_layer; il++) free_layer(&m->layers[il], m->cfg.n_expert);
     free(m->layers);
     cpu_weight_free(&m->output);
     free(m->output_norm);

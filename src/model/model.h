@@ -17,6 +17,10 @@ typedef struct {
     float *attn_norm, *ffn_norm;
     float *bq, *bk, *bv;        /* Qwen2 biases, or NULL */
     float *q_norm, *k_norm;     /* Qwen3 per-head QK-norm weights, or NULL */
+    /* A routed (MoE) layer, in place of gate/up/down (which are then empty): the router
+     * [n_expert][n_embd] and each expert's matrices, views into the file's 3-D tensors. */
+    cpu_weight router;
+    cpu_weight *exp_gate, *exp_up, *exp_down; /* [n_expert] each, or NULL */
 } layer_weights;
 
 typedef struct model {

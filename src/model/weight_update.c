@@ -60,8 +60,11 @@ static void layer_slots(model *m, int64_t il, layer_slot *t) {
     memcpy(t, all, sizeof all);
 }
 
-/* An optional vector the model was loaded without is not there to replace. */
-static bool slot_present(const slot *s) { return s->kind != SLOT_VECTOR || *s->vec; }
+/* An optional vector the model was loaded without is not there to replace, nor is the
+ * dense FFN of a routed (MoE) layer. */
+static bool slot_present(const slot *s) {
+    return s->kind == SLOT_VECTOR ? *s->vec != NULL : s->kind != SLOT_MATRIX || s->w->data != NULL;
+}
 
 static int find_slot(model *m, const char *name, slot *s, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
@@ -94,6 +97,9 @@ static int find_slot(model *m, const char *name, slot *s, char *err, size_t errl
                 return 0;
             }
     }
+    if (c->n_expert && (strstr(name, "_exps.") || strstr(name, "ffn_gate_inp.")))
+        FAIL("weight update: %s: the router and expert tensors of a mixture-of-experts model cannot be replaced yet",
+             name);
     FAIL("weight update: the model has no tensor %s", name);
 }
 

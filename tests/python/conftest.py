@@ -55,6 +55,15 @@ SYNTHETIC_VARIANTS = {
     "llama-output-EVERY": dict(arch="llama", wtype="EVERY", separate_output=True, vocab=4096),
 }
 
+# Mixture-of-experts files (tests/python/test_moe.py): kept apart from SYNTHETIC_VARIANTS,
+# whose reference test has no allowance for a token routed otherwise at a near tie.
+MOE_VARIANTS = {
+    "qwen3moe-F32": dict(arch="qwen3moe", wtype="F32", vocab=4096),
+    "qwen3moe-nonorm-F32": dict(arch="qwen3moe", wtype="F32", vocab=4096, expert_weights_norm=False),
+    "qwen3moe-Q4_1": dict(arch="qwen3moe", wtype="Q4_1", vocab=4096),
+    "qwen3moe-Q4_K_M": dict(arch="qwen3moe", wtype="Q4_K_M", vocab=4096),
+}
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "soak: the bounded server soak test (about 35 s; -m 'not soak' skips it)")
@@ -104,7 +113,7 @@ def synthetic_model(synthetic_model_dir, default_model):
         if key not in made:
             path = synthetic_model_dir / f"{key}.gguf"
             make_tiny_model.make_model(str(path), seed=seed, tokenizer_src=str(default_model),
-                                       **SYNTHETIC_VARIANTS[name])
+                                       **{**SYNTHETIC_VARIANTS, **MOE_VARIANTS}[name])
             made[key] = path
         return made[key]
 

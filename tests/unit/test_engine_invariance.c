@@ -8,7 +8,10 @@
  * whose sampler keys a row's draw by its place in the step (backend_cpu_set_draw_by_row).
  * A third of the requests use per-request logits processing (penalties, logit_bias,
  * min_tokens, stop_token_ids), each with parameters of its own; their control reads a
- * penalty history shared by the batch (invar_engine_testing_set_shared_history). */
+ * penalty history shared by the batch (invar_engine_testing_set_shared_history).
+ * On a mixture-of-experts model (INVAR_MODEL a qwen3moe file, tests/python/test_moe.py) it
+ * also checks that the tokens per expert really vary across the runs it compares, and its
+ * control combines a token's experts in the order of their load in the batch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +19,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "engine/engine_internal.h"
 #include "engine/engine_testing.h"
 #include "engine_fixture.h"
 #include "kernels/cpu/matmul.h"
@@ -57,7 +61,12 @@ static invar_sampling mode_sampling(int mode, int prompt) {
 
 /* The engine's real path, or one deliberately non-invariant part of it (the negative
  * controls): the matmul, the attention split or the sampler's draw. */
-typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW, SHARED_HISTORY } variant;
+typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW, SHARED_HISTORY, MOE_BY_LOAD } variant;
+
+/* MoE: per expert, the token counts (bit c-1: c tokens in one layer's forward) every run
+ * saw, alone runs and batched runs apart (moe_counts_seen). */
+static int64_t g_n_expert;
+static uint64_t *g_seen_alone, *g_seen_batched;
 
 static void make_variant(invar_engine *e, variant v) {
     struct backend *be = invar_engine_testing_backend(e);
@@ -67,6 +76,7 @@ static void make_variant(invar_engine *e, variant v) {
     case ATTN_BY_BATCH: assert_int_equal(backend_cpu_set_attention(be, ATTN_SPLIT_BY_BATCH), 0); break;
     case DRAW_BY_ROW: assert_int_equal(backend_cpu_set_draw_by_row(be, true), 0); break;
     case SHARED_HISTORY: invar_engine_testing_set_shared_history(e, true); break;
+    case MOE_BY_LOAD: assert_int_equal(backend_cpu_set_moe_combine(be, MOE_COMBINE_BY_LOAD), 0); break;
     }
 }
 
@@ -87,6 +97,9 @@ static void run_batch(const int *prompt_of, const int *sampled_of, const int *or
     int left;
     while ((left = invar_engine_step(e)) > 0) {}
     assert_int_equal(left, 0);
+    const uint64_t *seen = backend_cpu_moe_counts_seen(invar_engine_testing_backend(e));
+    assert_true((seen != NULL) == (g_n_expert > 0));
+    for (int64_t x = 0; x < g_n_expert && v == REAL; x++) (n == 1 ? g_seen_alone : g_seen_batched)[x] |= seen[x];
     for (int i = 0; i < n; i++) {
         invar_result r;
         assert_int_equal(invar_engine_result(e, ids[i], &r), 0);
@@ -174,6 +187,36 @@ static int quick(void) {
     return q && *q && *q != '0';
 }
 
+static int popcount64(uint64_t x) {
+    int c = 0;
+    for (; x; x &= x - 1) c++;
+    return c;
+}
+
+/* The comparisons above mean something for the MoE layers only if an expert's matmul saw
+ * different numbers of tokens in the runs compared: every expert must have run with counts
+ * that its alone runs never had, and some expert with many tokens at once. */
+static void check_expert_counts_varied(void) {
+    if (!g_n_expert) return;
+    int experts_varied = 0, max_count = 0, distinct = 0;
+    for (int64_t x = 0; x < g_n_expert; x++) {
+        experts_varied += (g_seen_batched[x] & ~g_seen_alone[x]) != 0;
+        uint64_t all = g_seen_alone[x] | g_seen_batched[x];
+        if (popcount64(all) > distinct) distinct = popcount64(all);
+        for (int c = 63; c >= 0; c--)
+            if (all >> c & 1) {
+                if (c + 1 > max_count) max_count = c + 1;
+                break;
+            }
+    }
+    printf("# experts: %d/%lld ran with token counts their alone runs never had; up to %d distinct counts "
+           "per expert, largest %d%s\n",
+           experts_varied, (long long)g_n_expert, distinct, max_count, max_count == 64 ? "+" : "");
+    assert_int_equal(experts_varied, g_n_expert);
+    assert_true(distinct >= 8);
+    assert_true(max_count >= 32);
+}
+
 static void test_batches_equal_alone(void **state) {
     (void)state;
     g_processed = quick() ? 2 : 8;
@@ -185,6 +228,7 @@ static void test_batches_equal_alone(void **state) {
     printf("# invariant engine: %d/%d batched requests differ from alone\n", mismatches, compared);
     assert_true(compared >= (quick() ? 33 : 128));
     assert_int_equal(mismatches, 0);
+    check_expert_counts_varied();
 }
 
 /* The negative controls: the same check on an engine with one non-invariant part, for one
@@ -238,10 +282,23 @@ static void test_negative_control_shared_history(void **state) {
     assert_int_equal(bad, processed_bad);
 }
 
+/* A token's experts summed in the order of their load in the batch (most tokens first):
+ * the rounding follows which other tokens chose the same experts. Dense models: skipped. */
+static void test_negative_control_moe_combine_by_load(void **state) {
+    (void)state;
+    if (quick() || !g_n_expert) skip();
+    int greedy_bad, processed_bad;
+    assert_true(control_mismatches(MOE_BY_LOAD, "experts combined in load order", &greedy_bad, &processed_bad) > 0);
+    assert_true(greedy_bad > 0); /* the logits themselves changed */
+}
+
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
     if (!g_model) return -1;
+    g_n_expert = g_model->m->cfg.n_expert;
+    g_seen_alone = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));
+    g_seen_batched = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));
     g_prompts = fixture_prompts(g_model, N_PROMPTS);
     return 0;
 }
@@ -250,6 +307,7 @@ static int teardown(void **state) {
     (void)state;
     fixture_prompts_free(g_prompts, N_PROMPTS);
     invar_model_free(g_model);
+    free(g_seen_alone), free(g_seen_batched);
     return 0;
 }
 
@@ -260,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_negative_control_attention_split_by_batch),
         cmocka_unit_test(test_negative_control_draw_by_row),
         cmocka_unit_test(test_negative_control_shared_history),
+        cmocka_unit_test(test_negative_control_moe_combine_by_load),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,166 @@
+#include "model/moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/rowops.h"
+
+struct moe_state {
+    int64_t max_tokens, E, k, D, F;
+    int64_t n_rows;        /* T k sorted rows of the current layer */
+    float *logits;         /* [T][E] router output */
+    int32_t *sel;          /* [T][k] expert of each (token, rank) */
+    float *wts;            /* [T][k] its weight */
+    int64_t *count;        /* [E] tokens routed to each expert in this layer */
+    int64_t *start;        /* [E + 1] first sorted slot of each expert */
+    int64_t *fill;         /* [E] */
+    int64_t *slot;         /* [T][k] sorted slot of each (token, rank) */
+    float *xg, *g, *u, *y; /* sorted rows: input [T k][D], gate and up [T k][F], output [T k][D] */
+    uint64_t *seen;        /* [E] tests: moe_counts_seen */
+    bool normalise;        /* expert_weights_norm */
+    moe_combine_mode combine;
+};
+
+static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); }
+
+void moe_state_free(moe_state *s) {
+    if (!s) return;
+    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot, s->xg, s->g, s->u, s->y, s->seen};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
+    free(s);
+}
+
+moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
+    moe_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    *s = (moe_state){
+        .max_tokens = max_tokens, .E = c->n_expert, .k = c->n_expert_used, .D = c->n_embd, .F = c->n_ff_exp};
+    s->normalise = c->expert_weights_norm;
+    const size_t T = (size_t)max_tokens, E = (size_t)s->E, TK = T * (size_t)s->k;
+    s->logits = falloc(T * E);
+    s->sel = malloc(sizeof(int32_t) * TK);
+    s->wts = malloc(sizeof(float) * TK);
+    s->count = malloc(sizeof(int64_t) * E);
+    s->start = malloc(sizeof(int64_t) * (E + 1));
+    s->fill = malloc(sizeof(int64_t) * E);
+    s->slot = malloc(sizeof(int64_t) * TK);
+    s->xg = falloc(TK * (size_t)s->D);
+    s->g = falloc(TK * (size_t)s->F);
+    s->u = falloc(TK * (size_t)s->F);
+    s->y = falloc(TK * (size_t)s->D);
+    s->seen = calloc(E, sizeof(uint64_t));
+    if (!s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg || !s->g ||
+        !s->u || !s->y || !s->seen) {
+        moe_state_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void moe_state_set_combine(moe_state *s, moe_combine_mode mode) { s->combine = mode; }
+const uint64_t *moe_counts_seen(const moe_state *s) { return s->seen; }
+
+/* Token t's experts: the k largest logits (ties: the lower id; whatever the logits, even
+ * NaNs, k distinct valid ids), in that rank order, and their softmax weights, over all experts or, normalised, over
+ * the chosen k. Sums run in expert-id order and rank order: the token's row alone. */
+static void route_token(moe_state *s, int64_t t, bool normalise) {
+    const float *l = s->logits + t * s->E;
+    int32_t *sel = s->sel + t * s->k;
+    float *w = s->wts + t * s->k;
+    uint64_t taken[MODEL_MAX_EXPERTS / 64] = {0};
+    for (int64_t r = 0; r < s->k; r++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < s->E; e++)
+            if (!(taken[e / 64] >> (e % 64) & 1) && (best < 0 || l[e] > l[best])) best = e;
+        taken[best / 64] |= 1ull << (best % 64);
+        sel[r] = (int32_t)best;
+    }
+    float max = l[sel[0]];
+    for (int64_t e = 0; e < s->E; e++)
+        if (l[e] > max) max = l[e];
+    float sum = 0.0f;
+    for (int64_t r = 0; r < s->k; r++) {
+        w[r] = invar_expf(l[sel[r]] - max);
+        if (normalise) sum += w[r];
+    }
+    if (!normalise)
+        for (int64_t e = 0; e < s->E; e++) sum += invar_expf(l[e] - max);
+    for (int64_t r = 0; r < s->k; r++) w[r] /= sum;
+}
+
+/* (token, rank) pairs sorted by expert, tokens ascending within an expert; xg gets each
+ * pair's input row. */
+static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
+    const int64_t E = s->E, k = s->k, D = s->D;
+    memset(s->count, 0, sizeof(int64_t) * (size_t)E);
+    for (int64_t i = 0; i < T * k; i++) s->count[s->sel[i]]++;
+    s->start[0] = 0;
+    for (int64_t e = 0; e < E; e++) {
+        s->start[e + 1] = s->start[e] + s->count[e];
+        s->fill[e] = s->start[e];
+        int64_t c = s->count[e];
+        if (c) s->seen[e] |= 1ull << (c >= 64 ? 63 : c - 1);
+    }
+    for (int64_t i = 0; i < T * k; i++) {
+        int64_t p = s->fill[s->sel[i]]++;
+        s->slot[i] = p;
+        memcpy(s->xg + p * D, xn + (i / k) * D, sizeof(float) * (size_t)D);
+    }
+}
+
+/* SiLU(gate) * up over the sorted rows, ROWS_PER_TASK rows a task: each row on its own, so
+ * the split cannot change a bit. */
+static void silu_task(void *ctx, int64_t task) {
+    moe_state *s = ctx;
+    const int64_t n = s->n_rows, F = s->F;
+    for (int64_t p = task * ROWS_PER_TASK; p < n && p < (task + 1) * ROWS_PER_TASK; p++)
+        row_silu_mul(s->g + p * F, s->u + p * F, s->g + p * F, F);
+}
+
+void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const float *xn, int64_t T, moe_matmul_fn mm,
+                     void *scratch) {
+    const int64_t D = s->D, F = s->F;
+    mm(tp, &L->router, xn, T, D, s->logits, s->E, scratch);
+    for (int64_t t = 0; t < T; t++) route_token(s, t, s->normalise);
+    group_by_expert(s, xn, T);
+    for (int64_t e = 0; e < s->E; e++) {
+        const int64_t c = s->count[e], p = s->start[e];
+        if (!c) continue;
+        const cpu_weight *w[] = {&L->exp_gate[e], &L->exp_up[e]};
+        float *const y[] = {s->g + p * F, s->u + p * F};
+        const int64_t ldy[] = {F, F};
+        if (mm == cpu_matmul) cpu_matmul_multi(tp, 2, w, s->xg + p * D, c, D, y, ldy, scratch);
+        else
+            for (int i = 0; i < 2; i++) mm(tp, w[i], s->xg + p * D, c, D, y[i], ldy[i], scratch);
+    }
+    s->n_rows = T * s->k;
+    const int64_t n_tasks = (s->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+    if (s->n_rows < ROWS_PARALLEL_MIN)
+        for (int64_t i = 0; i < n_tasks; i++) silu_task(s, i);
+    else threadpool_run(tp, silu_task, s, n_tasks);
+    for (int64_t e = 0; e < s->E; e++) {
+        const int64_t c = s->count[e], p = s->start[e];
+        if (c) mm(tp, &L->exp_down[e], s->g + p * F, c, F, s->y + p * D, D, scratch);
+    }
+}
+
+void moe_combine_row(const moe_state *s, int64_t t, float *out) {
+    const int64_t k = s->k, D = s->D;
+    const int32_t *sel = s->sel + t * k;
+    int order[MODEL_MAX_EXPERTS_USED];
+    for (int r = 0; r < k; r++) order[r] = r;
+    if (s->combine == MOE_COMBINE_BY_LOAD) /* the negative control: most loaded expert first */
+        for (int r = 1; r < k; r++)
+            for (int q = r; q > 0; q--) {
+                int64_t a = s->count[sel[order[q - 1]]], b = s->count[sel[order[q]]];
+                if (a > b || (a == b && sel[order[q - 1]] < sel[order[q]])) break;
+                int x = order[q - 1];
+                order[q - 1] = order[q];
+                order[q] = x;
+            }
+    for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
+    for (int r = 0; r < k; r++) {
+        const float w = s->wts[t * k + order[r]], *y = s->y + s->slot[t * k + order[r]] * D;
+        for (int64_t d = 0; d < D; d++) out[d] += w * y[d];
+    }
+}
