@@ -82,6 +82,24 @@ static int pre_tokenizer_kind(const cJSON *p, pretok_kind *kind, char *err, size
                     "ByteLevel(use_regex=false); all without add_prefix_space)");
 }
 
+/* The normalizer: none, NFC, or a Sequence of those (Qwen2 and Qwen3 name NFC alone). */
+static int read_normalizer(const cJSON *n, bool *nfc, char *err, size_t errlen) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    if (is_type(n, "NFC")) {
+        *nfc = true;
+        return 0;
+    }
+    const cJSON *parts = item(n, "normalizers");
+    if (is_type(n, "Sequence") && cJSON_IsArray(parts)) {
+        for (const cJSON *p = parts->child; p; p = p->next) /* NFC twice is NFC once */
+            if (read_normalizer(p, nfc, err, errlen)) return -1;
+        return 0;
+    }
+    const char *type = cJSON_GetStringValue(item(n, "type"));
+    return err_fail(err, errlen, "tokenizer.json: normalizer '%.40s' is not supported (none, NFC, or a "
+                    "Sequence of NFC)", type ? type : "?");
+}
+
 typedef struct {
     int32_t n;           /* ids 0..n-1 */
     tok_text *tokens;
@@ -143,7 +161,10 @@ static int max_id(const cJSON *vocab, const cJSON *added, int64_t *out, char *er
     return 0;
 }
 
-static int read_added(hf_vocab *v, const cJSON *added, char *err, size_t errlen) {
+/* Added tokens are matched in the raw text; one that tokenizers matches in the normalized
+ * text instead (normalized: true, the default for non-special ones) is refused when there is
+ * a normalizer, since NFC can join its last character with what follows. */
+static int read_added(hf_vocab *v, const cJSON *added, bool normalizer, char *err, size_t errlen) {
     for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
         int64_t id;
         json_exact_int(item(a, "id"), 0, MAX_VOCAB - 1, &id); /* checked by max_id */
@@ -156,6 +177,9 @@ static int read_added(hf_vocab *v, const cJSON *added, char *err, size_t errlen)
         /* Special ones are markup (matched only where special tokens are parsed), the others
          * added words, as GGUF's CONTROL / USER_DEFINED. */
         uint8_t type = flag(a, "special", false) ? TOKTYPE_CONTROL : TOKTYPE_USER_DEFINED;
+        if (normalizer && flag(a, "normalized", type != TOKTYPE_CONTROL))
+            return err_fail(err, errlen, "tokenizer.json: added token '%.40s' is matched after normalization "
+                            "(normalized: true), which invar does not implement", content);
         if (!content[0]) return err_fail(err, errlen, "tokenizer.json: added token %lld is empty", (long long)id);
         if (place(v, id, content, type, true, err, errlen)) return -1;
     }
@@ -206,7 +230,7 @@ static int read_merges(hf_vocab *v, const cJSON *merges, char *err, size_t errle
     return 0;
 }
 
-static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, char *err, size_t errlen) {
+static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, bool normalizer, char *err, size_t errlen) {
     const cJSON *model = item(root, "model"), *added = item(root, "added_tokens");
     if (check_model(model, err, errlen)) return -1;
     if (added && !cJSON_IsArray(added)) return err_fail(err, errlen, "tokenizer.json: added_tokens is not an array");
@@ -229,7 +253,7 @@ static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, char *err
         json_exact_int(e, 0, MAX_VOCAB - 1, &id);
         if (place(v, id, e->string, TOKTYPE_NORMAL, false, err, errlen)) return -1;
     }
-    if (read_added(v, added, err, errlen) || fill_pads(v, err, errlen)) return -1;
+    if (read_added(v, added, normalizer, err, errlen) || fill_pads(v, err, errlen)) return -1;
     return read_merges(v, item(model, "merges"), err, errlen);
 }
 
@@ -297,17 +321,14 @@ static cJSON *read_optional(const char *dir, const char *name, int *rc, char *er
 }
 
 static int build(const char *dir, const cJSON *root, int32_t n_vocab, tokenizer **out, char *err, size_t errlen) {
-    const cJSON *norm = item(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm))
-        return err_fail(err, errlen, "tokenizer.json: normalizer '%.40s' is not supported (none only)",
-                        cJSON_IsString(item(norm, "type")) ? item(norm, "type")->valuestring : "?");
+    tok_spec sp = {.bos = -1, .eos = -1, .eot = -1, .eom = -1, .unk = -1, .pad = -1};
+    if (read_normalizer(item(root, "normalizer"), &sp.nfc, err, errlen)) return -1;
     const cJSON *dec = item(root, "decoder");
     if (dec && !cJSON_IsNull(dec) && !is_type(dec, "ByteLevel"))
         return err_fail(err, errlen, "tokenizer.json: decoder is not ByteLevel (byte-level BPE only)");
-    tok_spec sp = {.bos = -1, .eos = -1, .eot = -1, .eom = -1, .unk = -1, .pad = -1};
     if (pre_tokenizer_kind(item(root, "pre_tokenizer"), &sp.pre, err, errlen)) return -1;
     hf_vocab v = {0};
-    int rc = read_vocab(&v, root, n_vocab, err, errlen);
+    int rc = read_vocab(&v, root, n_vocab, sp.nfc, err, errlen);
     cJSON *cfg = NULL, *gen = NULL;
     if (rc == 0) rc = bos_from_post_processor(item(root, "post_processor"), &v, &sp.bos, &sp.add_bos, err, errlen);
     if (rc == 0) cfg = read_optional(dir, "tokenizer_config.json", &rc, err, errlen);

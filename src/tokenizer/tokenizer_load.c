@@ -215,6 +215,7 @@ int tokenizer_build(const tok_spec *sp, tokenizer **out, char *err, size_t errle
     t->pre = sp->pre;
     t->ignore_merges = sp->ignore_merges;
     t->fuse_unk = sp->fuse_unk;
+    t->nfc = sp->nfc;
     if (load_vocab(t, sp, err, errlen) != 0 || load_merges(t, sp, err, errlen) != 0) {
         tokenizer_free(t);
         return -1;

@@ -119,6 +119,44 @@ def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
     assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
 
 
+@pytest.mark.parametrize("normalizer", [
+    {"type": "NFC"},                                                         # Qwen2 / Qwen3
+    {"type": "Sequence", "normalizers": [{"type": "NFC"}]},
+])
+def test_token_ids_nfc_normalizer(hf_default, tmp_path, normalizer):
+    """An NFC normalizer (with the Qwen2 split, as Qwen2's tokenizer.json): ids equal
+    `tokenizers`' on strings NFC changes and on the whole tricky-string set; without the
+    normalizer some of them must differ (the normalization really happens)."""
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    j["normalizer"] = normalizer
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": gguf_to_hf.QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    out = tmp_path / "nfc"
+    out.mkdir()
+    (out / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(out / "tokenizer.json"))
+    texts = cases.NORMALIZATION + cases.ALL
+    ours = invar_encode(out, texts)
+    bad = [(t, o) for t, o in zip(texts, ours) if o != ref.encode(t, add_special_tokens=False).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+    j["normalizer"] = None
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "tokenizer.json").write_text(json.dumps(j))
+    changed = sum(a != b for a, b in zip(invar_encode(plain, cases.NORMALIZATION), ours))
+    assert changed >= len(cases.NORMALIZATION) // 2, changed
+    # Bytes that are not UTF-8 pass through unnormalized, without a crash.
+    helper = BUILD_DIR / "test_tokenizer"
+    data = "".join(b.hex() + "\n" for b in cases.INVALID_UTF8 + [b"e\xcc\x81\xffe\xcc\x81"])
+    p = subprocess.run([str(helper), "--encode", str(out)], input=data, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and len(p.stdout.split("\n")) == len(cases.INVALID_UTF8) + 2, p.stderr
+    last = [int(x) for x in p.stdout.split("\n")[-2].split()]
+    assert last[:1] == ref.encode("\u00e9", add_special_tokens=False).ids[:1]
+
+
 def test_token_ids_match_gguf(hf_default, default_model):
     d, _ = hf_default
     assert invar_encode(d, cases.ALL) == invar_encode(default_model, cases.ALL)
@@ -303,8 +341,14 @@ UNSUPPORTED = {
     "tensor with no place": (_extra_tensor, "o_proj.bias' has no place in invar's qwen3 model"),
     "missing tensor": (lambda d: rewrite_header(d, lambda h: h.pop(first_weight(h))), "missing tensor blk.0.attn_q"),
     "no tokenizer.json": (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json"),
-    "normalizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={"type": "NFC"})),
-                   "normalizer 'NFC' is not supported"),
+    "normalizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={"type": "NFKC"})),
+                   "normalizer 'NFKC' is not supported"),
+    "normalizer in a sequence": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={
+        "type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]})),
+        "normalizer 'Lowercase' is not supported"),
+    "normalized added token": (lambda d: edit_json(d, "tokenizer.json", lambda j: (
+        j.update(normalizer={"type": "NFC"}), j["added_tokens"][0].update(normalized=True))),
+        "is matched after normalization"),
     "pre-tokenizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(
         pre_tokenizer={"type": "Whitespace"})), "unsupported pre_tokenizer"),
     "tokenizer model": (lambda d: edit_json(d, "tokenizer.json", lambda j: j["model"].update(type="Unigram")),
