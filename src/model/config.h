@@ -29,6 +29,12 @@ typedef struct {
     int64_t n_vocab, n_ctx_train;
     float rms_eps, rope_base, rope_freq_scale; /* freq_scale = 1 / linear scaling factor */
     bool rope_neox;                            /* pairs (i, i+n_rot/2) instead of (2i, 2i+1) */
+    /* Llama-3.1 rope scaling (config.json rope_type "llama3"; factor 0: none). A GGUF carries
+     * the per-frequency factors it implies as the rope_freqs.weight tensor instead. */
+    struct {
+        float factor, low_freq_factor, high_freq_factor;
+        int64_t original_ctx;
+    } rope_llama3;
 } model_config;
 
 int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen);

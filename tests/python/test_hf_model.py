@@ -212,6 +212,39 @@ def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
     assert logits(d, tmp_path) != base
 
 
+LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 16.0,
+               "original_max_position_embeddings": 512}
+
+
+def test_llama3_rope_scaling_matches_gguf(synthetic_model, tmp_path):
+    """Llama-3.1 rope scaling from config.json gives the logits of a GGUF holding the same
+    weights and the rope_freqs.weight tensor a converter writes for those parameters; the
+    synthetic Llama's 16 frequencies (head_dim 32, theta 10^4) fall in all three bands (kept,
+    blended, divided by factor), and without the scaling the logits differ."""
+    import gguf
+    src = synthetic_model("llama-F32")
+    d, same = tmp_path / "hf", tmp_path / "same.gguf"
+    gguf_to_hf.convert(str(src), str(d), "F32", gguf_out=str(same), llama3_rope=LLAMA3_ROPE)
+    freqs = next(t for t in gguf.GGUFReader(str(same)).tensors if t.name == "rope_freqs.weight").data
+    assert (freqs == 1).sum() >= 2 and (freqs == 8).sum() >= 2 and ((freqs > 1) & (freqs < 8)).sum() >= 2, freqs
+    scaled = logits(d, tmp_path)
+    assert scaled == logits(same, tmp_path)
+    assert scaled != logits(src, tmp_path)
+    # transformers 5 spells it rope_parameters, theta inside.
+    edit_json(d, "config.json", lambda j: j.update(rope_parameters={**j.pop("rope_scaling"), "rope_type": "llama3",
+                                                                    "rope_theta": j.pop("rope_theta")}))
+    assert logits(d, tmp_path) == scaled
+    # Incomplete or inconsistent parameters are refused by name.
+    for edit, want in [(lambda r: r.pop("low_freq_factor"), "rope_scaling llama3 needs low_freq_factor"),
+                       (lambda r: r.pop("original_max_position_embeddings"),
+                        "missing original_max_position_embeddings"),
+                       (lambda r: r.update(high_freq_factor=0.5), "must be above low_freq_factor")]:
+        edit_json(d, "config.json", lambda j: edit(j["rope_parameters"]))
+        p = run(["tokenize", "--model", str(d), "hi"])
+        assert p.returncode == 3 and want in p.stderr, p.stderr
+        edit_json(d, "config.json", lambda j: j["rope_parameters"].update(LLAMA3_ROPE))
+
+
 # ---------------------------------------------------------------- commands
 
 
@@ -335,6 +368,8 @@ UNSUPPORTED = {
                          "unsupported model_type 'gemma'"),
     "rope scaling": (lambda d: edit_json(d, "config.json", lambda j: j.update(
         rope_scaling={"rope_type": "yarn", "factor": 4.0})), "rope scaling type 'yarn' is not supported"),
+    "llama3 rope on qwen3": (lambda d: edit_json(d, "config.json", lambda j: j.update(
+        rope_scaling={"rope_type": "llama3", **LLAMA3_ROPE})), "rope scaling type llama3 is for llama models"),
     "sliding window": (lambda d: edit_json(d, "config.json", lambda j: j.update(use_sliding_window=True)),
                        "use_sliding_window"),
     "vocab size": (lambda d: edit_json(d, "config.json", lambda j: j.update(vocab_size=7)), "vocab_size 7"),
