@@ -102,6 +102,10 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, char *err, size_t errlen
                         "tokenizer: unsupported pre-tokenizer '%.*s' (supported: smollm, gpt2, "
                         "default, starcoder, llama3, llama-bpe, qwen2)",
                         (int)(plen > 64 ? 64 : plen), pre);
+    /* Llama-3's tokenizer.json sets ignore_merges (a piece that is a vocabulary token is that
+     * token, even where no merge reaches it); its GGUF conversions drop the flag, so the
+     * pre-tokenizer implies it, as Hugging Face and llama.cpp both encode those files. */
+    sp.ignore_merges = sp.pre == PRETOK_LLAMA3;
     tok_text *tokens = NULL, *merges = NULL;
     uint8_t *types = NULL;
     int rc = -1;

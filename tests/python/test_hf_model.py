@@ -157,6 +157,55 @@ def test_token_ids_nfc_normalizer(hf_default, tmp_path, normalizer):
     assert last[:1] == ref.encode("\u00e9", add_special_tokens=False).ids[:1]
 
 
+# Words added to the vocabulary as ordinary tokens that no merge produces: with Llama-3's
+# ignore_merges a piece that is one of them is that token, not its BPE split.
+UNMERGEABLE = ["qzqzqz", "\u0120qzqzqz", "xkcdxkcd", "\u0120Zzyzx", "\u00c3\u00a9t\u00c3\u00a9s"]  # ..., "étés"
+
+
+def test_gguf_llama3_ignore_merges(default_model, tmp_path):
+    """A GGUF with tokenizer.ggml.pre llama-bpe (the default model's vocabulary plus the
+    UNMERGEABLE words) gives `tokenizers`' ids for Llama-3's tokenizer.json options
+    (ignore_merges true, written by gguf_to_hf): the words themselves, in text, and the
+    whole tricky-string set."""
+    import gguf
+    from tokenizers import Tokenizer
+    r = gguf.GGUFReader(str(default_model))
+    path = tmp_path / "llama-bpe.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, field in r.fields.items():
+        if not key.startswith("tokenizer.ggml."):
+            continue
+        v = field.contents()
+        if key == "tokenizer.ggml.tokens":
+            assert not set(UNMERGEABLE) & set(v)
+            v = v + UNMERGEABLE
+        elif key == "tokenizer.ggml.token_type":
+            v = v + [1] * len(UNMERGEABLE)
+        elif key == "tokenizer.ggml.pre":
+            v = "llama-bpe"
+        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, v, field.types[0], sub_type=sub)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    d = tmp_path / "hf"
+    d.mkdir()
+    gguf_to_hf.write_tokenizer(gguf_to_hf.Meta(gguf.GGUFReader(str(path))), str(d))
+    ref = Tokenizer.from_file(str(d / "tokenizer.json"))
+    assert json.loads((d / "tokenizer.json").read_text())["model"]["ignore_merges"] is True
+    words = ["qzqzqz", " qzqzqz", "xkcdxkcd and xkcdxkcd", " Zzyzx9", "\u00e9t\u00e9s", "les \u00e9t\u00e9s!",
+             "qzqzqzqzqzqz", "Qzqzqz", "<|im_start|>qzqzqz"]
+    n = len(r.fields["tokenizer.ggml.tokens"].contents())
+    want = {w: ref.encode(w, add_special_tokens=False).ids for w in words}
+    assert want["qzqzqz"] == [n] and want[" qzqzqz"] == [n + 1] and want["\u00e9t\u00e9s"] == [n + 4], want
+    texts = words + cases.ALL
+    for model in (path, d):
+        got = invar_encode(model, texts)
+        bad = [(t, o) for t, o in zip(texts, got) if o != ref.encode(t, add_special_tokens=False).ids]
+        assert not bad, f"{model.name}: {len(bad)} mismatches, first: {bad[:3]}"
+
+
 def test_token_ids_match_gguf(hf_default, default_model):
     d, _ = hf_default
     assert invar_encode(d, cases.ALL) == invar_encode(default_model, cases.ALL)
