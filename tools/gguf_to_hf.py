@@ -100,13 +100,11 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def llama3_rope_factors(meta: Meta, rope: dict) -> np.ndarray:
+def llama3_rope_factors(rope_theta: float, n_rot: int, rope: dict) -> np.ndarray:
     """Llama-3.1 rope scaling as per-frequency divisors (GGUF's rope_freqs.weight): in double,
     from the float32 values invar reads, in the order src/model/rope_table.c computes them."""
     f32 = lambda x: float(np.float32(x))  # noqa: E731
-    base = f32(meta.hp("rope.freq_base", 10000.0))
-    n_rot = meta.hp("rope.dimension_count") or meta.hp("attention.key_length") or \
-        meta.hp("embedding_length") // meta.hp("attention.head_count")
+    base = f32(rope_theta)
     factor, lo, hi = f32(rope["factor"]), f32(rope["low_freq_factor"]), f32(rope["high_freq_factor"])
     ctx = float(rope["original_max_position_embeddings"])
     out = []
@@ -284,7 +282,12 @@ def convert(src: str, out_dir: str, dtype: str = "BF16", shards: int = 1, gguf_o
     ids = write_tokenizer(meta, out_dir)
     write_config(meta, out_dir, dtype, "output.weight" not in names, n_vocab, ids, llama3_rope)
     if gguf_out:
-        write_gguf(meta, gguf_out, tensors, dtype, llama3_rope_factors(meta, llama3_rope) if llama3_rope else None)
+        freqs = None
+        if llama3_rope:
+            n_rot = meta.hp("rope.dimension_count") or meta.hp("attention.key_length") or \
+                meta.hp("embedding_length") // meta.hp("attention.head_count")
+            freqs = llama3_rope_factors(meta.hp("rope.freq_base", 10000.0), n_rot, llama3_rope)
+        write_gguf(meta, gguf_out, tensors, dtype, freqs)
     return out_dir
 
 

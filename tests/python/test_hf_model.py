@@ -162,45 +162,51 @@ def test_token_ids_nfc_normalizer(hf_default, tmp_path, normalizer):
 UNMERGEABLE = ["qzqzqz", "\u0120qzqzqz", "xkcdxkcd", "\u0120Zzyzx", "\u00c3\u00a9t\u00c3\u00a9s"]  # ..., "étés"
 
 
-def test_gguf_llama3_ignore_merges(default_model, tmp_path):
+def test_gguf_llama3_ignore_merges(hf_default, tmp_path):
     """A GGUF with tokenizer.ggml.pre llama-bpe (the default model's vocabulary plus the
-    UNMERGEABLE words) gives `tokenizers`' ids for Llama-3's tokenizer.json options
-    (ignore_merges true, written by gguf_to_hf): the words themselves, in text, and the
-    whole tricky-string set."""
+    UNMERGEABLE words) and the same vocabulary as a tokenizer.json with Llama-3's options
+    (its split, ignore_merges true) give `tokenizers`' ids: on the words themselves, in text,
+    and on the whole tricky-string set."""
     import gguf
     from tokenizers import Tokenizer
-    r = gguf.GGUFReader(str(default_model))
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    vocab = j["model"]["vocab"]
+    n = len(vocab)
+    assert sorted(vocab.values()) == list(range(n)) and not set(UNMERGEABLE) & set(vocab)
+    vocab.update({w: n + k for k, w in enumerate(UNMERGEABLE)})
+    j["model"]["ignore_merges"] = True
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": gguf_to_hf.LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(hf / "tokenizer.json"))
+    # The GGUF: same tokens, merges, special and unknown tokens; the pre-tokenizer name implies
+    # the rest.
+    tokens = sorted(vocab, key=vocab.get)
+    types = [1] * len(tokens)
+    for a in j["added_tokens"]:
+        types[a["id"]] = 3 if a["special"] else 4
     path = tmp_path / "llama-bpe.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
-    for key, field in r.fields.items():
-        if not key.startswith("tokenizer.ggml."):
-            continue
-        v = field.contents()
-        if key == "tokenizer.ggml.tokens":
-            assert not set(UNMERGEABLE) & set(v)
-            v = v + UNMERGEABLE
-        elif key == "tokenizer.ggml.token_type":
-            v = v + [1] * len(UNMERGEABLE)
-        elif key == "tokenizer.ggml.pre":
-            v = "llama-bpe"
-        sub = field.types[1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, v, field.types[0], sub_type=sub)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]])
+    w.add_unk_token_id(vocab[j["model"]["unk_token"]])  # the vocabulary lacks some bytes
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    d = tmp_path / "hf"
-    d.mkdir()
-    gguf_to_hf.write_tokenizer(gguf_to_hf.Meta(gguf.GGUFReader(str(path))), str(d))
-    ref = Tokenizer.from_file(str(d / "tokenizer.json"))
-    assert json.loads((d / "tokenizer.json").read_text())["model"]["ignore_merges"] is True
     words = ["qzqzqz", " qzqzqz", "xkcdxkcd and xkcdxkcd", " Zzyzx9", "\u00e9t\u00e9s", "les \u00e9t\u00e9s!",
              "qzqzqzqzqzqz", "Qzqzqz", "<|im_start|>qzqzqz"]
-    n = len(r.fields["tokenizer.ggml.tokens"].contents())
     want = {w: ref.encode(w, add_special_tokens=False).ids for w in words}
     assert want["qzqzqz"] == [n] and want[" qzqzqz"] == [n + 1] and want["\u00e9t\u00e9s"] == [n + 4], want
     texts = words + cases.ALL
-    for model in (path, d):
+    for model in (path, hf):
         got = invar_encode(model, texts)
         bad = [(t, o) for t, o in zip(texts, got) if o != ref.encode(t, add_special_tokens=False).ids]
         assert not bad, f"{model.name}: {len(bad)} mismatches, first: {bad[:3]}"
@@ -240,13 +246,29 @@ def test_qwen3_logits_bitwise(tiny_dir, tmp_path):
     assert logits(d, tmp_path) == logits(same, tmp_path)
 
 
-def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
-    """A float model converts losslessly, so its directory equals the source GGUF itself; the
-    same directory with q/k rows left in GGUF's interleaved order must not."""
-    import safetensors.numpy as stn
+LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 16.0,
+               "original_max_position_embeddings": 512}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory, synthetic_model):
+    """(source GGUF, its directory with Llama-3.1 rope scaling LLAMA3_ROPE, a GGUF of the same
+    values with the rope_freqs.weight a converter writes for it) of the synthetic F32 Llama."""
     src = synthetic_model("llama-F32")
+    d = tmp_path_factory.mktemp("hf_llama")
+    gguf_to_hf.convert(str(src), str(d / "llama"), "F32", gguf_out=str(d / "llama3-rope.gguf"),
+                       llama3_rope=LLAMA3_ROPE)
+    return src, d / "llama", d / "llama3-rope.gguf"
+
+
+def test_llama_rotary_layout_is_exercised(llama_dir, tmp_path):
+    """A float model converts losslessly, so its directory (without rope scaling) equals the
+    source GGUF itself; the same directory with q/k rows left in GGUF's interleaved order must not."""
+    import safetensors.numpy as stn
+    src = llama_dir[0]
     d = tmp_path / "hf"
-    gguf_to_hf.convert(str(src), str(d), "F32")
+    shutil.copytree(llama_dir[1], d)
+    edit_json(d, "config.json", lambda j: j.update(rope_scaling=None))
     base = logits(src, tmp_path)
     assert logits(d, tmp_path) == base
     cfg = json.loads((d / "config.json").read_text())
@@ -261,21 +283,16 @@ def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
     assert logits(d, tmp_path) != base
 
 
-LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 16.0,
-               "original_max_position_embeddings": 512}
-
-
-def test_llama3_rope_scaling_matches_gguf(synthetic_model, tmp_path):
+def test_llama3_rope_scaling_matches_gguf(llama_dir, tmp_path):
     """Llama-3.1 rope scaling from config.json gives the logits of a GGUF holding the same
     weights and the rope_freqs.weight tensor a converter writes for those parameters; the
     synthetic Llama's 16 frequencies (head_dim 32, theta 10^4) fall in all three bands (kept,
     blended, divided by factor), and without the scaling the logits differ."""
-    import gguf
-    src = synthetic_model("llama-F32")
-    d, same = tmp_path / "hf", tmp_path / "same.gguf"
-    gguf_to_hf.convert(str(src), str(d), "F32", gguf_out=str(same), llama3_rope=LLAMA3_ROPE)
-    freqs = next(t for t in gguf.GGUFReader(str(same)).tensors if t.name == "rope_freqs.weight").data
+    src, d0, same = llama_dir
+    freqs = gguf_to_hf.llama3_rope_factors(10000.0, 32, LLAMA3_ROPE)
     assert (freqs == 1).sum() >= 2 and (freqs == 8).sum() >= 2 and ((freqs > 1) & (freqs < 8)).sum() >= 2, freqs
+    d = tmp_path / "hf"
+    shutil.copytree(d0, d)
     scaled = logits(d, tmp_path)
     assert scaled == logits(same, tmp_path)
     assert scaled != logits(src, tmp_path)
