@@ -65,12 +65,6 @@ int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, const int32_t *
                      uint16_t *out, int M, int D, int V);
 /* logp[M,V] (fp32) = log_softmax(logits[M,V]) with logits fp32. V % 4 == 0. */
 int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, float *logp, int M, int V);
-/* Samples one token per row from softmax(logits/temperature[m]); temperature 0 = argmax
- * (lowest id on ties). u[m] in [0,1) is the row's uniform draw (the caller derives it from
- * the request's seed and position, so it does not depend on the batch). Writes token[m] and
- * logprob[m] (log-softmax of the raw logits at that token). V % 4 == 0. */
-int invar_cuda_sample(invar_cuda_ctx *ctx, const float *logits, const float *temperature,
-                      const float *u, int32_t *token, float *logprob, int M, int V);
 
 /* Per row of fp32 logits (row stride ld >= V): lse[m] = log-sum-exp of the V values,
  * argmax[m] (lowest id among maxima), logprob[m] = logits[m][tok] - lse[m] with tok =

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO=sudo
-PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcjson-dev libcmocka-dev libxxhash-dev libmicrohttpd-dev python3 python3-venv python3-pip"
+PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcjson-dev libcmocka-dev libxxhash-dev libmicrohttpd-dev libutf8proc-dev python3 python3-venv python3-pip"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -18,7 +18,7 @@ from pathlib import Path
 # Layer -> rank. A file may include its own layer's headers and those of lower ranks only;
 # layers of one rank are peers and independent of each other.
 RANKS = {
-    "common": 0,        # clock, UTF-8 clean-up, float32 text
+    "common": 0,        # clock, UTF-8 clean-up, float32 text, error lines
     "formats": 1,       # GGUF, quantised block types
     "tokenizer": 2,     # BPE, chat templates
     "kernels/cpu": 2,   # matmul, attention, row ops, thread pool

@@ -12,13 +12,22 @@ back from GGUF's interleaved rotary pairs to HF's rotate-half order.
 dtype, GGUF layout) and whose metadata is the source's: invar must give the same logits
 bit for bit from both.
 
+--llama3-rope FACTOR,LOW,HIGH,ORIG (Llama only) gives the directory Llama-3.1 rope scaling
+(config.json rope_scaling: rope_type llama3, factor, low_freq_factor, high_freq_factor,
+original_max_position_embeddings) and the --gguf-out GGUF the rope_freqs.weight tensor a GGUF
+converter writes for it, computed in double and stored as F32 (llama3_rope_factors). A
+source GGUF that already has rope_freqs.weight needs this option (its parameters are not in
+the GGUF).
+
 Usage:
   python tools/gguf_to_hf.py MODEL.gguf OUT_DIR [--dtype BF16] [--shards N] [--gguf-out PATH]
+                             [--llama3-rope FACTOR,LOW,HIGH,ORIG]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -91,11 +100,33 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def llama3_rope_factors(rope_theta: float, n_rot: int, rope: dict) -> np.ndarray:
+    """Llama-3.1 rope scaling as per-frequency divisors (GGUF's rope_freqs.weight): in double,
+    from the float32 values invar reads, in the order src/model/rope_table.c computes them."""
+    f32 = lambda x: float(np.float32(x))  # noqa: E731
+    base = f32(rope_theta)
+    factor, lo, hi = f32(rope["factor"]), f32(rope["low_freq_factor"]), f32(rope["high_freq_factor"])
+    ctx = float(rope["original_max_position_embeddings"])
+    out = []
+    for i in range(n_rot // 2):
+        wavelen = 2.0 * math.pi / base ** (-2.0 * i / n_rot)
+        if wavelen < ctx / hi:
+            out.append(1.0)
+        elif wavelen > ctx / lo:
+            out.append(factor)
+        else:
+            smooth = (ctx / wavelen - lo) / (hi - lo)
+            out.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def convert_weights(meta: Meta, dtype: str):
     """[(gguf name, gguf-layout bytes array, hf name, hf-layout bytes array, logical shape)]."""
     n_head, n_head_kv = meta.hp("attention.head_count"), meta.hp("attention.head_count_kv")
     out = []
     for t in meta.reader.tensors:
+        if t.name == "rope_freqs.weight":
+            continue  # not a Hugging Face weight: config.json's rope_scaling says it (write_gguf adds it back)
         # A plain copy first: gguf.quants over the reader's memmap is many times slower.
         values = gguf.quants.dequantize(np.array(t.data), t.tensor_type)  # logical shape, rows first
         raw = stored_bytes(values, dtype)
@@ -186,7 +217,8 @@ def write_tokenizer(meta: Meta, out_dir: str) -> dict:
     return gen
 
 
-def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int, ids: dict) -> None:
+def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int, ids: dict,
+                 llama3_rope: dict | None = None) -> None:
     n_embd, n_head = meta.hp("embedding_length"), meta.hp("attention.head_count")
     cfg = {
         "architectures": [ARCH_CLASS[meta.arch]], "model_type": meta.arch,
@@ -196,7 +228,8 @@ def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int,
         "head_dim": meta.hp("attention.key_length", n_embd // n_head),
         "max_position_embeddings": meta.hp("context_length", 2048),
         "rms_norm_eps": float(meta.hp("attention.layer_norm_rms_epsilon", 1e-5)),
-        "rope_theta": float(meta.hp("rope.freq_base", 10000.0)), "rope_scaling": None,
+        "rope_theta": float(meta.hp("rope.freq_base", 10000.0)),
+        "rope_scaling": {"rope_type": "llama3", **llama3_rope} if llama3_rope else None,
         "hidden_act": "silu", "tie_word_embeddings": tied, "vocab_size": n_vocab,
         "torch_dtype": DTYPES[dtype][1], **ids,
     }
@@ -208,8 +241,8 @@ def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int,
         json.dump(cfg, f, indent=2)
 
 
-def write_gguf(meta: Meta, path: str, tensors, dtype: str) -> None:
-    """The source's metadata with tensors holding exactly the stored values."""
+def write_gguf(meta: Meta, path: str, tensors, dtype: str, rope_freqs: np.ndarray | None = None) -> None:
+    """The source's metadata with tensors holding exactly the stored values (and rope_freqs)."""
     w = gguf.GGUFWriter(path, meta.arch)
     for key, field in meta.reader.fields.items():
         if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
@@ -221,16 +254,24 @@ def write_gguf(meta: Meta, path: str, tensors, dtype: str) -> None:
                      "BF16": gguf.LlamaFileType.MOSTLY_BF16}[dtype])
     for name, raw, _, _, _ in tensors:
         w.add_tensor(name, raw, raw_dtype=DTYPES[dtype][0])
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", rope_freqs, raw_dtype=QT.F32)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def convert(src: str, out_dir: str, dtype: str = "BF16", shards: int = 1, gguf_out: str | None = None) -> str:
+def convert(src: str, out_dir: str, dtype: str = "BF16", shards: int = 1, gguf_out: str | None = None,
+            llama3_rope: dict | None = None) -> str:
     meta = Meta(gguf.GGUFReader(src))
     if meta.arch not in ARCH_CLASS:
         raise SystemExit(f"unsupported architecture {meta.arch}")
+    if llama3_rope and meta.arch != "llama":
+        raise SystemExit("--llama3-rope is for llama models")
+    if not llama3_rope and any(t.name == "rope_freqs.weight" for t in meta.reader.tensors):
+        raise SystemExit("the source has rope_freqs.weight (Llama-3.1 rope scaling): pass --llama3-rope "
+                         "FACTOR,LOW,HIGH,ORIG with the model's rope_scaling")
     if meta.get("tokenizer.ggml.model") != "gpt2":
         raise SystemExit("only byte-level BPE (gpt2) tokenizers convert")
     os.makedirs(out_dir, exist_ok=True)
@@ -239,9 +280,14 @@ def convert(src: str, out_dir: str, dtype: str = "BF16", shards: int = 1, gguf_o
     n_vocab = next(shape[0] for name, _, _, _, shape in tensors if name == "token_embd.weight")
     write_safetensors(out_dir, tensors, dtype, shards)
     ids = write_tokenizer(meta, out_dir)
-    write_config(meta, out_dir, dtype, "output.weight" not in names, n_vocab, ids)
+    write_config(meta, out_dir, dtype, "output.weight" not in names, n_vocab, ids, llama3_rope)
     if gguf_out:
-        write_gguf(meta, gguf_out, tensors, dtype)
+        freqs = None
+        if llama3_rope:
+            n_rot = meta.hp("rope.dimension_count") or meta.hp("attention.key_length") or \
+                meta.hp("embedding_length") // meta.hp("attention.head_count")
+            freqs = llama3_rope_factors(meta.hp("rope.freq_base", 10000.0), n_rot, llama3_rope)
+        write_gguf(meta, gguf_out, tensors, dtype, freqs)
     return out_dir
 
 
@@ -252,8 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="BF16")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--gguf-out", default=None)
+    ap.add_argument("--llama3-rope", default=None, metavar="FACTOR,LOW,HIGH,ORIG")
     a = ap.parse_args(argv)
-    convert(a.src, a.out_dir, a.dtype, a.shards, a.gguf_out)
+    rope = None
+    if a.llama3_rope:
+        f, lo, hi, ctx = a.llama3_rope.split(",")
+        rope = {"factor": float(f), "low_freq_factor": float(lo), "high_freq_factor": float(hi),
+                "original_max_position_embeddings": int(ctx)}
+    convert(a.src, a.out_dir, a.dtype, a.shards, a.gguf_out, rope)
     return 0
 
 

@@ -3,15 +3,15 @@
 #include <math.h>
 #include "bench_cuda.h"
 
-enum { K_NORM, K_SILU, K_ROPE, K_EMBED, K_LSM, K_SAMPLE, K_COUNT };
+enum { K_NORM, K_SILU, K_ROPE, K_EMBED, K_LSM, K_COUNT };
 static const char *names[K_COUNT] = {"rmsnorm_residual_4096", "silu_mul_14336", "rope_q32k8_128",
-                                     "embed_4096", "log_softmax_128256", "sample_128256"};
+                                     "embed_4096", "log_softmax_128256"};
 
 struct row_arg {
     int kind, M, set; /* set: which block of M rows of the (larger) buffers to use */
     uint16_t *a, *b, *c, *w;
-    float *f, *g, *temp, *u;
-    int32_t *ids, *tok;
+    float *f, *g;
+    int32_t *ids;
     float *freq;
 };
 
@@ -32,7 +32,6 @@ static void run_row(void *p)
     case K_ROPE: rc = invar_cuda_rope(ctx, r->a + o * HR * 128, r->ids + o, r->freq, r->M, HR, 128, HR * 128); break;
     case K_EMBED: rc = invar_cuda_embed(ctx, r->w, r->ids + o, r->c + o * D, r->M, D, V); break;
     case K_LSM: rc = invar_cuda_log_softmax(ctx, r->f + o * V, r->g + o * V, r->M, V); break;
-    case K_SAMPLE: rc = invar_cuda_sample(ctx, r->f + o * V, r->temp + o, r->u + o, r->tok + o, r->g + o, r->M, V); break;
     }
     if (rc) {
         fprintf(stderr, "%s failed: %s\n", names[r->kind], invar_cuda_last_error(ctx));
@@ -47,8 +46,7 @@ static double bytes_of(int kind, int M)
     case K_SILU: return 3.0 * M * F * 2;        /* gate+up in, out */
     case K_ROPE: return 2.0 * M * HR * 128 * 2; /* in place */
     case K_EMBED: return 2.0 * M * D * 2;       /* gathered rows in, out */
-    case K_LSM: return 2.0 * M * (double)V * 4;
-    default: return 1.0 * M * (double)V * 4;    /* logits read once */
+    default: return 2.0 * M * (double)V * 4;    /* log-softmax: logits in, logp out */
     }
 }
 
@@ -117,29 +115,20 @@ void bench_rows(FILE *js, double copy_gbs)
     r.w = dmalloc((size_t)V * D * 2);
     r.f = dmalloc((size_t)Mmax * V * 4);
     r.g = dmalloc((size_t)Mmax * V * 4);
-    r.temp = dmalloc(4 * Mmax);
-    r.u = dmalloc(4 * Mmax);
     r.ids = dmalloc(4 * Mmax);
-    r.tok = dmalloc(4 * Mmax);
     r.freq = dmalloc(4 * 64);
     CKI(invar_cuda_fill_random_bf16(ctx, r.a, big, 1, 1.0f));
     CKI(invar_cuda_fill_random_bf16(ctx, r.b, (size_t)Mmax * D, 2, 1.0f));
     CKI(invar_cuda_fill_random_bf16(ctx, r.w, (size_t)V * D, 3, 1.0f));
     CKI(invar_cuda_fill_random_f32(ctx, r.f, (size_t)Mmax * V, 4, 8.0f));
-    CKI(invar_cuda_fill_random_f32(ctx, r.u, Mmax, 5, 0.5f));
     int32_t *ids = malloc(4 * Mmax);
-    float *t = malloc(4 * Mmax), fr[64];
+    float fr[64];
     uint64_t s = 3;
-    for (int i = 0; i < Mmax; i++) {
-        ids[i] = (int32_t)(rng_next(&s) % V);
-        t[i] = 0.8f;
-    }
+    for (int i = 0; i < Mmax; i++) ids[i] = (int32_t)(rng_next(&s) % V);
     for (int j = 0; j < 64; j++) fr[j] = (float)pow(500000.0, -j / 64.0);
     CK(cudaMemcpy(r.ids, ids, 4 * Mmax, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(r.temp, t, 4 * Mmax, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(r.freq, fr, sizeof fr, cudaMemcpyHostToDevice));
     free(ids);
-    free(t);
     printf("== row kernels (us; GB/s = fewest bytes / time; %% of the %.0f GB/s copy; cold = one launch after an L2 flush, b2b = per launch in a graph of 32) ==\n", copy_gbs);
     fprintf(js, "\"rows\": [\n");
     int first = 1;
@@ -162,6 +151,5 @@ void bench_rows(FILE *js, double copy_gbs)
         }
     fprintf(js, "\n],\n");
     CK(cudaFree(r.a)); CK(cudaFree(r.b)); CK(cudaFree(r.c)); CK(cudaFree(r.w)); CK(cudaFree(r.f));
-    CK(cudaFree(r.g)); CK(cudaFree(r.temp)); CK(cudaFree(r.u)); CK(cudaFree(r.ids)); CK(cudaFree(r.tok));
-    CK(cudaFree(r.freq));
+    CK(cudaFree(r.g)); CK(cudaFree(r.ids)); CK(cudaFree(r.freq));
 }

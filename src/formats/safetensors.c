@@ -5,11 +5,12 @@
 #include "formats/safetensors.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/err_msg.h"
 
 #include "formats/file_map.h"
 #include "formats/quant.h"
@@ -23,17 +24,6 @@ struct st_file {
     int64_t n;
     st_tensor *tensors;    /* sorted by name */
 };
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return ST_ERR_FORMAT;
-}
 
 /* An untrusted name for an error line: control bytes as '?', at most 80 bytes. */
 static const char *safe_name(const char *s, char buf[96]) {
@@ -78,47 +68,57 @@ typedef struct {
 static int parse_entry(const section *s, const cJSON *e, st_tensor *t, range *r) {
     char nb[96];
     const char *nm = safe_name(e->string, nb);
-    if (!cJSON_IsObject(e)) return fail(s->err, s->errlen, "tensor '%s': entry is not an object", nm);
+    if (!cJSON_IsObject(e))
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s': entry is not an object", nm);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
-        return fail(s->err, s->errlen, "tensor '%s': needs a string dtype, a shape array and a data_offsets array", nm);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                             "tensor '%s': needs a string dtype, a shape array and a data_offsets array", nm);
     if (!dtype_of(dt->valuestring, &t->type)) {
         char db[96];
-        return fail(s->err, s->errlen, "tensor '%s': dtype '%s' is not supported (F32, F16, BF16)", nm,
-                    safe_name(dt->valuestring, db));
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                             "tensor '%s': dtype '%s' is not supported (F32, F16, BF16)", nm,
+                             safe_name(dt->valuestring, db));
     }
     int nd = cJSON_GetArraySize(sh);
-    if (nd > ST_MAX_DIMS) return fail(s->err, s->errlen, "tensor '%s': %d dimensions (at most %d)", nm, nd, ST_MAX_DIMS);
+    if (nd > ST_MAX_DIMS)
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s': %d dimensions (at most %d)", nm, nd,
+                             ST_MAX_DIMS);
     t->n_dims = (uint32_t)nd;
     uint64_t elems = 1;
     int d = 0;
     for (const cJSON *x = sh->child; x; x = x->next, d++) {
         uint64_t v;
-        if (!exact_u64(x, &v)) return fail(s->err, s->errlen, "tensor '%s': shape[%d] is not a non-negative integer", nm, d);
+        if (!exact_u64(x, &v))
+            return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                                 "tensor '%s': shape[%d] is not a non-negative integer", nm, d);
         if (__builtin_mul_overflow(elems, v, &elems))
-            return fail(s->err, s->errlen, "tensor '%s': element count overflows", nm);
+            return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s': element count overflows", nm);
         t->shape[d] = (int64_t)v;
     }
     size_t esize = t->type == INVAR_T_F32 ? 4 : 2;
     uint64_t nbytes;
     if (__builtin_mul_overflow(elems, (uint64_t)esize, &nbytes))
-        return fail(s->err, s->errlen, "tensor '%s': byte size overflows", nm);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s': byte size overflows", nm);
     uint64_t b, en;
     if (cJSON_GetArraySize(off) != 2 || !exact_u64(off->child, &b) || !exact_u64(off->child->next, &en))
-        return fail(s->err, s->errlen, "tensor '%s': data_offsets must be two non-negative integers", nm);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                             "tensor '%s': data_offsets must be two non-negative integers", nm);
     if (b > en || en > s->data_len)
-        return fail(s->err, s->errlen, "tensor '%s': data_offsets [%llu, %llu] are outside the %llu-byte data section",
-                    nm, (unsigned long long)b, (unsigned long long)en, (unsigned long long)s->data_len);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                             "tensor '%s': data_offsets [%llu, %llu] are outside the %llu-byte data section", nm,
+                             (unsigned long long)b, (unsigned long long)en, (unsigned long long)s->data_len);
     if (en - b != nbytes)
-        return fail(s->err, s->errlen, "tensor '%s': data_offsets span %llu bytes but shape x %s needs %llu", nm,
-                    (unsigned long long)(en - b), dt->valuestring, (unsigned long long)nbytes);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                             "tensor '%s': data_offsets span %llu bytes but shape x %s needs %llu", nm,
+                             (unsigned long long)(en - b), dt->valuestring, (unsigned long long)nbytes);
     t->data = s->data + b;
     t->nbytes = nbytes;
     if (nbytes && (uintptr_t)t->data % quant_type_align(t->type)) /* an empty tensor is never read */
-        return fail(s->err, s->errlen, "tensor '%s': data at offset %llu is not aligned for %s", nm,
-                    (unsigned long long)b, dt->valuestring);
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s': data at offset %llu is not aligned for %s",
+                             nm, (unsigned long long)b, dt->valuestring);
     t->name = strdup(e->string);
     if (!t->name) return ST_ERR_NOMEM;
     r->begin = b;
@@ -127,11 +127,12 @@ static int parse_entry(const section *s, const cJSON *e, st_tensor *t, range *r)
 }
 
 static int check_metadata(const section *s, const cJSON *m) {
-    if (!cJSON_IsObject(m)) return fail(s->err, s->errlen, "__metadata__ is not an object");
+    if (!cJSON_IsObject(m)) return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "__metadata__ is not an object");
     for (const cJSON *x = m->child; x; x = x->next)
         if (!cJSON_IsString(x)) {
             char nb[96];
-            return fail(s->err, s->errlen, "__metadata__ '%s' is not a string", safe_name(x->string, nb));
+            return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "__metadata__ '%s' is not a string",
+                                 safe_name(x->string, nb));
         }
     return ST_OK;
 }
@@ -154,8 +155,9 @@ static int check_ranges(const section *s, const st_file *f, range *r) {
         if (r[k].begin == r[k].end) continue; /* empty tensors occupy nothing */
         if (who >= 0 && r[k].begin < reach) {
             char b1[96], b2[96];
-            return fail(s->err, s->errlen, "tensors '%s' and '%s' have overlapping data_offsets",
-                        safe_name(f->tensors[who].name, b1), safe_name(f->tensors[r[k].i].name, b2));
+            return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen,
+                                 "tensors '%s' and '%s' have overlapping data_offsets",
+                                 safe_name(f->tensors[who].name, b1), safe_name(f->tensors[r[k].i].name, b2));
         }
         reach = r[k].end;
         who = r[k].i;
@@ -164,7 +166,7 @@ static int check_ranges(const section *s, const st_file *f, range *r) {
 }
 
 static int parse_header(st_file *f, const cJSON *root, const section *s) {
-    if (!cJSON_IsObject(root)) return fail(s->err, s->errlen, "header is not a JSON object");
+    if (!cJSON_IsObject(root)) return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "header is not a JSON object");
     int64_t n = 0;
     for (const cJSON *e = root->child; e; e = e->next)
         if (strcmp(e->string, "__metadata__")) n++;
@@ -172,7 +174,7 @@ static int parse_header(st_file *f, const cJSON *root, const section *s) {
     range *r = calloc((size_t)(n ? n : 1), sizeof *r);
     if (!f->tensors || !r) {
         free(r);
-        return fail(s->err, s->errlen, "out of memory");
+        return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "out of memory");
     }
     int rc = ST_OK;
     for (const cJSON *e = root->child; e && rc == ST_OK; e = e->next) {
@@ -186,12 +188,13 @@ static int parse_header(st_file *f, const cJSON *root, const section *s) {
     }
     if (rc == ST_OK) rc = check_ranges(s, f, r);
     free(r);
-    if (rc != ST_OK) return rc == ST_ERR_NOMEM ? fail(s->err, s->errlen, "out of memory") : rc;
+    if (rc != ST_OK) return rc == ST_ERR_NOMEM ? err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "out of memory") : rc;
     qsort(f->tensors, (size_t)f->n, sizeof *f->tensors, cmp_name);
     for (int64_t k = 1; k < f->n; k++)
         if (!strcmp(f->tensors[k - 1].name, f->tensors[k].name)) {
             char nb[96];
-            return fail(s->err, s->errlen, "tensor '%s' appears twice", safe_name(f->tensors[k].name, nb));
+            return err_fail_code(ST_ERR_FORMAT, s->err, s->errlen, "tensor '%s' appears twice",
+                                 safe_name(f->tensors[k].name, nb));
         }
     return ST_OK;
 }
@@ -203,31 +206,36 @@ static uint64_t le64(const uint8_t *p) {
 }
 
 static int parse(st_file *f, const uint8_t *base, size_t size, char *err, size_t errlen) {
-    if (size < 8) return fail(err, errlen, "%zu bytes is too small for a safetensors file", size);
+    if (size < 8)
+        return err_fail_code(ST_ERR_FORMAT, err, errlen, "%zu bytes is too small for a safetensors file", size);
     uint64_t hlen = le64(base);
     if (hlen > ST_MAX_HEADER)
-        return fail(err, errlen, "header length %llu exceeds the %llu-byte limit", (unsigned long long)hlen,
-                    (unsigned long long)ST_MAX_HEADER);
+        return err_fail_code(ST_ERR_FORMAT, err, errlen, "header length %llu exceeds the %llu-byte limit",
+                             (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
     if (hlen > size - 8)
-        return fail(err, errlen, "header length %llu runs past the end of the %zu-byte file", (unsigned long long)hlen,
-                    size);
-    if (hlen < 2 || base[8] != '{') return fail(err, errlen, "header does not start with a JSON object");
+        return err_fail_code(ST_ERR_FORMAT, err, errlen, "header length %llu runs past the end of the %zu-byte file",
+                             (unsigned long long)hlen, size);
+    if (hlen < 2 || base[8] != '{')
+        return err_fail_code(ST_ERR_FORMAT, err, errlen, "header does not start with a JSON object");
     /* A NUL-terminated copy: the parser never reads past it, whatever the bytes are. */
     char *text = malloc((size_t)hlen + 1);
-    if (!text) return fail(err, errlen, "out of memory for a %llu-byte header", (unsigned long long)hlen);
+    if (!text)
+        return err_fail_code(ST_ERR_FORMAT, err, errlen, "out of memory for a %llu-byte header",
+                             (unsigned long long)hlen);
     memcpy(text, base + 8, (size_t)hlen);
     text[hlen] = 0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, 0);
     int rc = ST_OK;
     if (!root) {
-        rc = fail(err, errlen, "header is not valid JSON (at byte %lld)",
-                  end ? (long long)(end - text) : -1LL);
+        rc = err_fail_code(ST_ERR_FORMAT, err, errlen, "header is not valid JSON (at byte %lld)",
+                           end ? (long long)(end - text) : -1LL);
     } else {
         /* The writer pads the header with spaces; anything else after the object is refused. */
         for (size_t at = end ? (size_t)(end - text) : (size_t)hlen; at < hlen && rc == ST_OK; at++)
             if (text[at] != ' ' && text[at] != '\t' && text[at] != '\n' && text[at] != '\r')
-                rc = fail(err, errlen, "header has bytes after its JSON object (at byte %zu)", at);
+                rc = err_fail_code(ST_ERR_FORMAT, err, errlen, "header has bytes after its JSON object (at byte %zu)",
+                                   at);
     }
     if (rc == ST_OK) {
         section s = {base + 8 + hlen, size - 8 - hlen, err, errlen};
@@ -252,7 +260,7 @@ int st_open_memory(const void *data, size_t size, st_file **out, char *err, size
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
     if (!f) {
-        fail(err, errlen, "out of memory");
+        err_fail_code(ST_ERR_FORMAT, err, errlen, "out of memory");
         return ST_ERR_NOMEM;
     }
     return open_parsed(f, data, data ? size : 0, out, err, errlen);
@@ -262,7 +270,7 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
     if (!f) {
-        fail(err, errlen, "out of memory");
+        err_fail_code(ST_ERR_FORMAT, err, errlen, "out of memory");
         return ST_ERR_NOMEM;
     }
     if (file_map_open(path, 1, &f->map, err, errlen)) {
@@ -271,7 +279,7 @@ int st_open(const char *path, st_file **out, char *err, size_t errlen) {
     }
     char msg[384];
     int rc = open_parsed(f, f->map.base, f->map.size, out, msg, sizeof msg);
-    if (rc != ST_OK) fail(err, errlen, "%s: %s", path, msg);
+    if (rc != ST_OK) err_fail_code(ST_ERR_FORMAT, err, errlen, "%s: %s", path, msg);
     return rc;
 }
 

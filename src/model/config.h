@@ -39,6 +39,12 @@ typedef struct {
      * sum to 1. A MoE model has n_ff 0 (no dense FFN). */
     int64_t n_expert, n_expert_used, n_ff_exp;
     bool expert_weights_norm;
+    /* Llama-3.1 rope scaling (config.json rope_type "llama3"; factor 0: none). A GGUF carries
+     * the per-frequency factors it implies as the rope_freqs.weight tensor instead. */
+    struct {
+        float factor, low_freq_factor, high_freq_factor;
+        int64_t original_ctx;
+    } rope_llama3;
 } model_config;
 
 int model_config_read(const gguf_file *f, model_config *c, char *err, size_t errlen);

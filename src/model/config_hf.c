@@ -1,6 +1,6 @@
 /* Hyperparameters of a Hugging Face model directory, from config.json: the same
  * model_config and bounds as GGUF metadata gives (config.h). What the forward pass does not
- * implement (other architectures, rope scaling other than linear, sliding windows, biases
+ * implement (other architectures, rope scaling other than linear and llama3, sliding windows, biases
  * Llama/Qwen3 do not have) is refused by name rather than run differently. */
 #include <float.h>
 #include <math.h>
@@ -70,7 +70,25 @@ static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen
     FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3)", type);
 }
 
-/* rope_scaling (or transformers 5's rope_parameters): none, default or linear. */
+/* Llama-3.1's rope_scaling: all four numbers are required (as transformers requires them). */
+static int read_llama3(const cJSON *cfg, const cJSON *s, model_config *c, char *err, size_t errlen) {
+    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    for (size_t k = 0; k < 3; k++)
+        if (!item(s, keys[k])) FAIL("rope_scaling llama3 needs %s", keys[k]);
+    if (get_float(s, "factor", 1.0, 1e6, 0.0f, &c->rope_llama3.factor, err, errlen) ||
+        get_float(s, "low_freq_factor", 1e-6, 1e6, 0.0f, &c->rope_llama3.low_freq_factor, err, errlen) ||
+        get_float(s, "high_freq_factor", 1e-6, 1e6, 0.0f, &c->rope_llama3.high_freq_factor, err, errlen))
+        return -1;
+    if (!(c->rope_llama3.high_freq_factor > c->rope_llama3.low_freq_factor))
+        FAIL("rope_scaling llama3: high_freq_factor %g must be above low_freq_factor %g",
+             (double)c->rope_llama3.high_freq_factor, (double)c->rope_llama3.low_freq_factor);
+    /* Llama-3.1 puts the pre-scaling context inside rope_scaling; accept it beside it too. */
+    const cJSON *from = item(s, "original_max_position_embeddings") ? s : cfg;
+    return get_int(from, "original_max_position_embeddings", 1, MODEL_MAX_CONTEXT, true, 0,
+                   &c->rope_llama3.original_ctx, err, errlen);
+}
+
+/* rope_scaling (or transformers 5's rope_parameters): none, default, linear or llama3. */
 static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
     const cJSON *params = item(cfg, "rope_parameters");
     const cJSON *theta_from = params && item(params, "rope_theta") ? params : cfg;
@@ -83,8 +101,12 @@ static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen
     const char *type = cJSON_GetStringValue(item(s, "rope_type"));
     if (!type) type = cJSON_GetStringValue(item(s, "type"));
     if (!type || !strcmp(type, "default")) return 0;
+    if (!strcmp(type, "llama3")) {
+        if (c->arch != ARCH_LLAMA) FAIL("rope scaling type llama3 is for llama models, not %s", c->arch_name);
+        return read_llama3(cfg, s, c, err, errlen);
+    }
     if (strcmp(type, "linear"))
-        FAIL("rope scaling type '%.40s' is not supported (supported: default, linear)", type);
+        FAIL("rope scaling type '%.40s' is not supported (supported: default, linear, llama3)", type);
     float factor;
     if (get_float(s, "factor", 1e-6, 1e6, 1.0f, &factor, err, errlen)) return -1;
     c->rope_freq_scale = 1.0f / factor;

@@ -183,6 +183,15 @@ static int load_all(model *m, const char *path, char *err, size_t errlen) {
 
     float *freq_factors = NULL;
     if (load_vector(m, &freq_factors, "rope_freqs.weight", c->n_rot / 2, 0, err, errlen)) return -1;
+    if (c->rope_llama3.factor > 0) { /* a directory's config.json: the factors a GGUF would store */
+        if (freq_factors) {
+            free(freq_factors);
+            FAIL("rope_freqs.weight and llama3 rope_scaling both given");
+        }
+        freq_factors = malloc(sizeof(float) * (size_t)(c->n_rot / 2));
+        if (!freq_factors) FAIL("out of memory");
+        rope_llama3_factors(c, freq_factors);
+    }
     m->rope_len = c->n_ctx_train;
     m->rope_cs = rope_table_build(c, freq_factors, m->rope_len);
     free(freq_factors);

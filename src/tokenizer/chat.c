@@ -1,9 +1,9 @@
 /* Chat templates rendered in C. The Jinja template in the GGUF is not executed: its
  * family is recognised from its markers and the family's format is produced here,
  * taking any template-specific text (the default system prompt) from the template. */
+#include "common/err_msg.h"
 #include "tokenizer/chat.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,43 +157,36 @@ static void render_llama3(strbuf *b, const chat_message *msgs, size_t n, bool ad
     if (add_gen) sb_mark(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-__attribute__((format(printf, 4, 5)))
-static int fail_code(int code, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* Checks the messages and picks the template family: 'c' ChatML, 'l' Llama-3, 0 (err set). */
 static char template_family(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n, char *err,
                             size_t errlen) {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
-    if (!tmpl || (n > 0 && !msgs)) return (char)fail_code(0, err, errlen, "chat: no template or messages");
+    if (!tmpl || (n > 0 && !msgs)) return (char)err_fail_code(0, err, errlen, "chat: no template or messages");
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content)
-            return (char)fail_code(0, err, errlen, "chat: message %zu has no role or content", i);
+            return (char)err_fail_code(0, err, errlen, "chat: message %zu has no role or content", i);
         bool ok = false;
         for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
             ok = ok || strcmp(msgs[i].role, roles[r]) == 0;
         if (!ok)
-            return (char)fail_code(0, err, errlen, "chat: message %zu has unsupported role '%.32s' "
-                                   "(system, user, assistant, tool)", i, msgs[i].role);
+            return (char)err_fail_code(0, err, errlen,
+                                       "chat: message %zu has unsupported role '%.32s' "
+                                       "(system, user, assistant, tool)",
+                                       i, msgs[i].role);
     }
     if (find(tmpl, tlen, "<|im_start|>")) return 'c';
     if (find(tmpl, tlen, "<|start_header_id|>")) {
         /* Llama 3.1+ always emits a system block with knowledge/date lines and tool
          * options; rendering it without executing the template is not supported. */
         if (find(tmpl, tlen, "Cutting Knowledge Date"))
-            return (char)fail_code(0, err, errlen, "chat: Llama-3.1-style chat template (date/tools "
-                                   "system block) is not supported");
+            return (char)err_fail_code(0, err, errlen,
+                                       "chat: Llama-3.1-style chat template (date/tools "
+                                       "system block) is not supported");
         return 'l';
     }
-    return (char)fail_code(0, err, errlen, "chat: unrecognised chat template (supported families: "
-                           "ChatML <|im_start|>, Llama-3 <|start_header_id|>)");
+    return (char)err_fail_code(0, err, errlen,
+                               "chat: unrecognised chat template (supported families: "
+                               "ChatML <|im_start|>, Llama-3 <|start_header_id|>)");
 }
 
 int chat_render_marked_template(const char *tmpl, size_t tlen, const chat_message *msgs, size_t n,
@@ -210,7 +203,7 @@ int chat_render_marked_template(const char *tmpl, size_t tlen, const chat_messag
     if (!b.oom && !b.p) b.p = calloc(1, 1); /* nothing rendered: the empty prompt */
     if (b.oom || !b.p) {
         sb_free(&b);
-        return fail_code(CHAT_ERR_NOMEM, err, errlen, "chat: out of memory");
+        return err_fail_code(CHAT_ERR_NOMEM, err, errlen, "chat: out of memory");
     }
     *text = b.p;
     if (markup) {
@@ -228,7 +221,7 @@ int chat_render_marked(const gguf_file *f, const chat_message *msgs, size_t n, b
     size_t tlen;
     if (!f || !gguf_get_str(f, "tokenizer.chat_template", &tmpl, &tlen)) {
         *text = NULL;
-        return fail_code(CHAT_ERR_REQUEST, err, errlen, "chat: the model has no tokenizer.chat_template");
+        return err_fail_code(CHAT_ERR_REQUEST, err, errlen, "chat: the model has no tokenizer.chat_template");
     }
     return chat_render_marked_template(tmpl, tlen, msgs, n, add_generation_prompt, text, markup, n_markup, err,
                                        errlen);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/normalize.h"
 #include "tokenizer/tokenizer_internal.h"
 
 int32_t tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
@@ -40,7 +41,11 @@ static int encode_piece(void *p, const char *piece, size_t len) {
 
 static int encode_plain(encode_ctx *c, const char *text, size_t len) {
     if (len == 0) return 0;
-    return pretok_split(c->t->pre, text, len, encode_piece, c);
+    char *norm = NULL;
+    if (c->t->nfc && nfc_normalize(text, len, &norm, &len)) return -1;
+    int rc = pretok_split(c->t->pre, norm ? norm : text, len, encode_piece, c);
+    free(norm);
+    return rc;
 }
 
 /* Id of the longest special token whose text starts at s[0..n), or -1. Control tokens

@@ -1,21 +1,11 @@
 /* A tokenizer from GGUF tokenizer.ggml.* metadata: vocabulary, merges ("left right"),
  * token types, special ids and the pre-tokenizer name, handed to tokenizer_build. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err_msg.h"
 #include "tokenizer/tokenizer_internal.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* Reads element i of an integer array of any integer type. */
 static bool arr_int(const void *data, gguf_value_type type, uint64_t i, int64_t *out) {
@@ -44,12 +34,12 @@ static int read_vocab(const gguf_file *f, tok_spec *sp, tok_text **tokens, uint8
     gguf_value_type et;
     uint64_t n;
     if (!gguf_get_arr_info(f, "tokenizer.ggml.tokens", &et, &n) || et != GGUF_T_STRING)
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.tokens string array");
+        return err_fail(err, errlen, "tokenizer: missing tokenizer.ggml.tokens string array");
     if (n == 0 || n > (uint64_t)INT32_MAX / 2)
-        return fail(err, errlen, "tokenizer: bad vocabulary size %llu", (unsigned long long)n);
+        return err_fail(err, errlen, "tokenizer: bad vocabulary size %llu", (unsigned long long)n);
     *tokens = malloc(n * sizeof **tokens);
     *types = malloc(n);
-    if (!*tokens || !*types) return fail(err, errlen, "tokenizer: out of memory");
+    if (!*tokens || !*types) return err_fail(err, errlen, "tokenizer: out of memory");
     const void *tt_data = NULL;
     gguf_value_type tt = GGUF_T_UINT8;
     uint64_t ntypes = 0;
@@ -57,7 +47,7 @@ static int read_vocab(const gguf_file *f, tok_spec *sp, tok_text **tokens, uint8
         tt_data = gguf_get_arr_data(f, "tokenizer.ggml.token_type");
     for (uint64_t i = 0; i < n; i++) {
         if (!gguf_get_arr_str(f, "tokenizer.ggml.tokens", i, &(*tokens)[i].s, &(*tokens)[i].len))
-            return fail(err, errlen, "tokenizer: unreadable token %llu", (unsigned long long)i);
+            return err_fail(err, errlen, "tokenizer: unreadable token %llu", (unsigned long long)i);
         int64_t ty = TOKTYPE_NORMAL;
         if (tt_data && !arr_int(tt_data, tt, i, &ty)) ty = TOKTYPE_NORMAL;
         (*types)[i] = (ty >= 1 && ty <= 6) ? (uint8_t)ty : TOKTYPE_NORMAL;
@@ -72,15 +62,15 @@ static int read_merges(const gguf_file *f, tok_spec *sp, tok_text **merges, char
     gguf_value_type et;
     uint64_t n = 0;
     if (!gguf_get_arr_info(f, "tokenizer.ggml.merges", &et, &n) || et != GGUF_T_STRING)
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.merges string array");
-    if (n > (uint64_t)INT32_MAX / 4) return fail(err, errlen, "tokenizer: too many merges");
+        return err_fail(err, errlen, "tokenizer: missing tokenizer.ggml.merges string array");
+    if (n > (uint64_t)INT32_MAX / 4) return err_fail(err, errlen, "tokenizer: too many merges");
     *merges = calloc(2 * n + 2, sizeof **merges);
-    if (!*merges) return fail(err, errlen, "tokenizer: out of memory");
+    if (!*merges) return err_fail(err, errlen, "tokenizer: out of memory");
     for (uint64_t r = 0; r < n; r++) {
         const char *s;
         size_t len;
         if (!gguf_get_arr_str(f, "tokenizer.ggml.merges", r, &s, &len))
-            return fail(err, errlen, "tokenizer: unreadable merge %llu", (unsigned long long)r);
+            return err_fail(err, errlen, "tokenizer: unreadable merge %llu", (unsigned long long)r);
         /* "left right": byte-level tokens never contain a literal space, so the first
          * space separates the two halves (none, or an empty half: the merge is skipped). */
         const char *space = memchr(s, ' ', len);
@@ -99,17 +89,23 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, char *err, size_t errlen
     const char *model;
     size_t mlen;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model, &mlen))
-        return fail(err, errlen, "tokenizer: missing tokenizer.ggml.model");
+        return err_fail(err, errlen, "tokenizer: missing tokenizer.ggml.model");
     if (mlen != 4 || memcmp(model, "gpt2", 4) != 0)
-        return fail(err, errlen, "tokenizer: unsupported tokenizer model '%.*s' (only byte-level BPE 'gpt2')",
-                    (int)(mlen > 64 ? 64 : mlen), model);
+        return err_fail(err, errlen, "tokenizer: unsupported tokenizer model '%.*s' (only byte-level BPE 'gpt2')",
+                        (int)(mlen > 64 ? 64 : mlen), model);
     tok_spec sp = {.fuse_unk = true};
     const char *pre;
     size_t plen;
     sp.pre = PRETOK_GPT2; /* files without tokenizer.ggml.pre use the GPT-2 split */
     if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, &plen) && pretok_kind_from_name(pre, plen, &sp.pre) != 0)
-        return fail(err, errlen, "tokenizer: unsupported pre-tokenizer '%.*s' (supported: smollm, gpt2, "
-                    "default, starcoder, llama3, llama-bpe, qwen2)", (int)(plen > 64 ? 64 : plen), pre);
+        return err_fail(err, errlen,
+                        "tokenizer: unsupported pre-tokenizer '%.*s' (supported: smollm, gpt2, "
+                        "default, starcoder, llama3, llama-bpe, qwen2)",
+                        (int)(plen > 64 ? 64 : plen), pre);
+    /* Llama-3's tokenizer.json sets ignore_merges (a piece that is a vocabulary token is that
+     * token, even where no merge reaches it); its GGUF conversions drop the flag, so the
+     * pre-tokenizer implies it, as Hugging Face and llama.cpp both encode those files. */
+    sp.ignore_merges = sp.pre == PRETOK_LLAMA3;
     tok_text *tokens = NULL, *merges = NULL;
     uint8_t *types = NULL;
     int rc = -1;

@@ -2,11 +2,11 @@
  * merges, added tokens, the pre-tokenizer it names), tokenizer_config.json (BOS/EOS,
  * add_bos_token, chat template) and generation_config.json (the ids that end generation).
  * Only what invar reproduces exactly is accepted; anything else is refused by name. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err_msg.h"
 #include "formats/json_file.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -22,17 +22,6 @@ static const char LLAMA3_REGEX[] =
 static const char QWEN2_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static const cJSON *item(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -87,9 +76,28 @@ static int pre_tokenizer_kind(const cJSON *p, pretok_kind *kind, char *err, size
             return 0;
         }
     }
-    return fail(err, errlen, "tokenizer.json: unsupported pre_tokenizer (supported: ByteLevel as GPT-2; "
-                "Digits(individual_digits) + ByteLevel as SmolLM; Split with the Llama-3 or Qwen2 regex + "
-                "ByteLevel(use_regex=false); all without add_prefix_space)");
+    return err_fail(err, errlen,
+                    "tokenizer.json: unsupported pre_tokenizer (supported: ByteLevel as GPT-2; "
+                    "Digits(individual_digits) + ByteLevel as SmolLM; Split with the Llama-3 or Qwen2 regex + "
+                    "ByteLevel(use_regex=false); all without add_prefix_space)");
+}
+
+/* The normalizer: none, NFC, or a Sequence of those (Qwen2 and Qwen3 name NFC alone). */
+static int read_normalizer(const cJSON *n, bool *nfc, char *err, size_t errlen) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    if (is_type(n, "NFC")) {
+        *nfc = true;
+        return 0;
+    }
+    const cJSON *parts = item(n, "normalizers");
+    if (is_type(n, "Sequence") && cJSON_IsArray(parts)) {
+        for (const cJSON *p = parts->child; p; p = p->next) /* NFC twice is NFC once */
+            if (read_normalizer(p, nfc, err, errlen)) return -1;
+        return 0;
+    }
+    const char *type = cJSON_GetStringValue(item(n, "type"));
+    return err_fail(err, errlen, "tokenizer.json: normalizer '%.40s' is not supported (none, NFC, or a "
+                    "Sequence of NFC)", type ? type : "?");
 }
 
 typedef struct {
@@ -109,19 +117,19 @@ static void vocab_free(hf_vocab *v) {
 }
 
 static int check_model(const cJSON *m, char *err, size_t errlen) {
-    if (!cJSON_IsObject(m)) return fail(err, errlen, "tokenizer.json: no model object");
+    if (!cJSON_IsObject(m)) return err_fail(err, errlen, "tokenizer.json: no model object");
     const cJSON *type = item(m, "type");
     if (type && !is_type(m, "BPE"))
-        return fail(err, errlen, "tokenizer.json: model type '%.40s' is not supported (byte-level BPE only)",
-                    cJSON_IsString(type) ? type->valuestring : "?");
+        return err_fail(err, errlen, "tokenizer.json: model type '%.40s' is not supported (byte-level BPE only)",
+                        cJSON_IsString(type) ? type->valuestring : "?");
     const cJSON *dropout = item(m, "dropout");
-    if (dropout && !cJSON_IsNull(dropout)) return fail(err, errlen, "tokenizer.json: BPE dropout is not supported");
+    if (dropout && !cJSON_IsNull(dropout)) return err_fail(err, errlen, "tokenizer.json: BPE dropout is not supported");
     if (flag(m, "byte_fallback", false))
-        return fail(err, errlen, "tokenizer.json: byte_fallback BPE (SentencePiece style) is not supported");
+        return err_fail(err, errlen, "tokenizer.json: byte_fallback BPE (SentencePiece style) is not supported");
     if (!unset_str(m, "continuing_subword_prefix") || !unset_str(m, "end_of_word_suffix"))
-        return fail(err, errlen, "tokenizer.json: BPE subword prefixes/suffixes are not supported");
+        return err_fail(err, errlen, "tokenizer.json: BPE subword prefixes/suffixes are not supported");
     if (!cJSON_IsObject(item(m, "vocab")) || !cJSON_IsArray(item(m, "merges")))
-        return fail(err, errlen, "tokenizer.json: the BPE model needs a vocab object and a merges array");
+        return err_fail(err, errlen, "tokenizer.json: the BPE model needs a vocab object and a merges array");
     return 0;
 }
 
@@ -130,7 +138,7 @@ static int place(hf_vocab *v, int64_t id, const char *s, uint8_t type, bool over
     tok_text *t = &v->tokens[id];
     size_t len = strlen(s);
     if (t->s && !override && (t->len != len || memcmp(t->s, s, len)))
-        return fail(err, errlen, "tokenizer.json: id %lld is used by two tokens", (long long)id);
+        return err_fail(err, errlen, "tokenizer.json: id %lld is used by two tokens", (long long)id);
     *t = (tok_text){s, len};
     v->types[id] = type;
     return 0;
@@ -140,31 +148,39 @@ static int max_id(const cJSON *vocab, const cJSON *added, int64_t *out, char *er
     int64_t top = -1, id;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!json_exact_int(e, 0, MAX_VOCAB - 1, &id))
-            return fail(err, errlen, "tokenizer.json: vocab entry '%.40s' has no valid id (0 to %d)", e->string,
-                        MAX_VOCAB - 1);
+            return err_fail(err, errlen, "tokenizer.json: vocab entry '%.40s' has no valid id (0 to %d)", e->string,
+                            MAX_VOCAB - 1);
         if (id > top) top = id;
     }
     for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
         if (!json_exact_int(item(a, "id"), 0, MAX_VOCAB - 1, &id) || !cJSON_IsString(item(a, "content")))
-            return fail(err, errlen, "tokenizer.json: an added token has no valid id and content");
+            return err_fail(err, errlen, "tokenizer.json: an added token has no valid id and content");
         if (id > top) top = id;
     }
     *out = top;
     return 0;
 }
 
-static int read_added(hf_vocab *v, const cJSON *added, char *err, size_t errlen) {
+/* Added tokens are matched in the raw text; one that tokenizers matches in the normalized
+ * text instead (normalized: true, the default for non-special ones) is refused when there is
+ * a normalizer, since NFC can join its last character with what follows. */
+static int read_added(hf_vocab *v, const cJSON *added, bool normalizer, char *err, size_t errlen) {
     for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
         int64_t id;
         json_exact_int(item(a, "id"), 0, MAX_VOCAB - 1, &id); /* checked by max_id */
         const char *content = cJSON_GetStringValue(item(a, "content"));
         if (flag(a, "lstrip", false) || flag(a, "rstrip", false) || flag(a, "single_word", false))
-            return fail(err, errlen, "tokenizer.json: added token '%.40s' uses lstrip/rstrip/single_word, which "
-                        "invar does not implement", content);
+            return err_fail(err, errlen,
+                            "tokenizer.json: added token '%.40s' uses lstrip/rstrip/single_word, which "
+                            "invar does not implement",
+                            content);
         /* Special ones are markup (matched only where special tokens are parsed), the others
          * added words, as GGUF's CONTROL / USER_DEFINED. */
         uint8_t type = flag(a, "special", false) ? TOKTYPE_CONTROL : TOKTYPE_USER_DEFINED;
-        if (!content[0]) return fail(err, errlen, "tokenizer.json: added token %lld is empty", (long long)id);
+        if (normalizer && flag(a, "normalized", type != TOKTYPE_CONTROL))
+            return err_fail(err, errlen, "tokenizer.json: added token '%.40s' is matched after normalization "
+                            "(normalized: true), which invar does not implement", content);
+        if (!content[0]) return err_fail(err, errlen, "tokenizer.json: added token %lld is empty", (long long)id);
         if (place(v, id, content, type, true, err, errlen)) return -1;
     }
     return 0;
@@ -176,7 +192,7 @@ static int fill_pads(hf_vocab *v, char *err, size_t errlen) {
     for (int32_t i = 0; i < v->n; i++) holes += !v->tokens[i].s;
     if (!holes) return 0;
     v->pads = malloc(holes * 16);
-    if (!v->pads) return fail(err, errlen, "tokenizer: out of memory");
+    if (!v->pads) return err_fail(err, errlen, "tokenizer: out of memory");
     char *p = v->pads;
     for (int32_t i = 0; i < v->n; i++) {
         if (v->tokens[i].s) continue;
@@ -191,52 +207,53 @@ static int fill_pads(hf_vocab *v, char *err, size_t errlen) {
 static int read_merges(hf_vocab *v, const cJSON *merges, char *err, size_t errlen) {
     uint64_t n = (uint64_t)cJSON_GetArraySize(merges);
     v->merges = calloc(2 * n + 2, sizeof *v->merges);
-    if (!v->merges) return fail(err, errlen, "tokenizer: out of memory");
+    if (!v->merges) return err_fail(err, errlen, "tokenizer: out of memory");
     uint64_t r = 0;
     for (const cJSON *m = merges->child; m; m = m->next, r++) {
         tok_text *lr = &v->merges[2 * r];
         if (cJSON_IsString(m)) { /* "left right" */
             const char *s = m->valuestring, *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' '))
-                return fail(err, errlen, "tokenizer.json: merge %llu '%.40s' is not two tokens", (unsigned long long)r, s);
+                return err_fail(err, errlen, "tokenizer.json: merge %llu '%.40s' is not two tokens",
+                                (unsigned long long)r, s);
             lr[0] = (tok_text){s, (size_t)(sp - s)};
             lr[1] = (tok_text){sp + 1, strlen(sp + 1)};
         } else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
             lr[0] = (tok_text){m->child->valuestring, strlen(m->child->valuestring)};
             lr[1] = (tok_text){m->child->next->valuestring, strlen(m->child->next->valuestring)};
         } else {
-            return fail(err, errlen, "tokenizer.json: merge %llu is neither \"a b\" nor [\"a\", \"b\"]",
-                        (unsigned long long)r);
+            return err_fail(err, errlen, "tokenizer.json: merge %llu is neither \"a b\" nor [\"a\", \"b\"]",
+                            (unsigned long long)r);
         }
     }
     v->n_merges = n;
     return 0;
 }
 
-static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, char *err, size_t errlen) {
+static int read_vocab(hf_vocab *v, const cJSON *root, int32_t n_vocab, bool normalizer, char *err, size_t errlen) {
     const cJSON *model = item(root, "model"), *added = item(root, "added_tokens");
     if (check_model(model, err, errlen)) return -1;
-    if (added && !cJSON_IsArray(added)) return fail(err, errlen, "tokenizer.json: added_tokens is not an array");
+    if (added && !cJSON_IsArray(added)) return err_fail(err, errlen, "tokenizer.json: added_tokens is not an array");
     const cJSON *vocab = item(model, "vocab");
     int64_t top = -1;
     if (max_id(vocab, added, &top, err, errlen)) return -1;
     if (n_vocab > MAX_VOCAB)
-        return fail(err, errlen, "tokenizer.json: %d embedding rows is more than the %d tokens supported", (int)n_vocab,
-                    MAX_VOCAB);
+        return err_fail(err, errlen, "tokenizer.json: %d embedding rows is more than the %d tokens supported",
+                        (int)n_vocab, MAX_VOCAB);
     if (n_vocab > 0 && top >= n_vocab)
-        return fail(err, errlen, "tokenizer.json: token id %lld is beyond the model's %d embedding rows",
-                    (long long)top, (int)n_vocab);
+        return err_fail(err, errlen, "tokenizer.json: token id %lld is beyond the model's %d embedding rows",
+                        (long long)top, (int)n_vocab);
     v->n = n_vocab > 0 ? n_vocab : (int32_t)(top + 1);
-    if (v->n <= 0) return fail(err, errlen, "tokenizer.json: the vocabulary is empty");
+    if (v->n <= 0) return err_fail(err, errlen, "tokenizer.json: the vocabulary is empty");
     v->tokens = calloc((size_t)v->n, sizeof *v->tokens);
     v->types = malloc((size_t)v->n);
-    if (!v->tokens || !v->types) return fail(err, errlen, "tokenizer: out of memory");
+    if (!v->tokens || !v->types) return err_fail(err, errlen, "tokenizer: out of memory");
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int64_t id;
         json_exact_int(e, 0, MAX_VOCAB - 1, &id);
         if (place(v, id, e->string, TOKTYPE_NORMAL, false, err, errlen)) return -1;
     }
-    if (read_added(v, added, err, errlen) || fill_pads(v, err, errlen)) return -1;
+    if (read_added(v, added, normalizer, err, errlen) || fill_pads(v, err, errlen)) return -1;
     return read_merges(v, item(model, "merges"), err, errlen);
 }
 
@@ -271,8 +288,9 @@ static int bos_from_post_processor(const cJSON *pp, const hf_vocab *v, int32_t *
             if (*bos >= 0) return 0;
         }
     }
-    return fail(err, errlen, "tokenizer.json: unsupported post_processor (supported: none, ByteLevel, or a "
-                "template that adds one special token before the text)");
+    return err_fail(err, errlen,
+                    "tokenizer.json: unsupported post_processor (supported: none, ByteLevel, or a "
+                    "template that adds one special token before the text)");
 }
 
 /* Generation-ending ids of generation_config.json's eos_token_id (an id or a list). */
@@ -293,7 +311,7 @@ static size_t gen_eos_ids(const cJSON *gen, int32_t *ids) {
 static cJSON *read_optional(const char *dir, const char *name, int *rc, char *err, size_t errlen) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) {
-        *rc = fail(err, errlen, "%s: path too long", dir);
+        *rc = err_fail(err, errlen, "%s: path too long", dir);
         return NULL;
     }
     bool absent;
@@ -303,17 +321,14 @@ static cJSON *read_optional(const char *dir, const char *name, int *rc, char *er
 }
 
 static int build(const char *dir, const cJSON *root, int32_t n_vocab, tokenizer **out, char *err, size_t errlen) {
-    const cJSON *norm = item(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm))
-        return fail(err, errlen, "tokenizer.json: normalizer '%.40s' is not supported (none only)",
-                    cJSON_IsString(item(norm, "type")) ? item(norm, "type")->valuestring : "?");
+    tok_spec sp = {.bos = -1, .eos = -1, .eot = -1, .eom = -1, .unk = -1, .pad = -1};
+    if (read_normalizer(item(root, "normalizer"), &sp.nfc, err, errlen)) return -1;
     const cJSON *dec = item(root, "decoder");
     if (dec && !cJSON_IsNull(dec) && !is_type(dec, "ByteLevel"))
-        return fail(err, errlen, "tokenizer.json: decoder is not ByteLevel (byte-level BPE only)");
-    tok_spec sp = {.bos = -1, .eos = -1, .eot = -1, .eom = -1, .unk = -1, .pad = -1};
+        return err_fail(err, errlen, "tokenizer.json: decoder is not ByteLevel (byte-level BPE only)");
     if (pre_tokenizer_kind(item(root, "pre_tokenizer"), &sp.pre, err, errlen)) return -1;
     hf_vocab v = {0};
-    int rc = read_vocab(&v, root, n_vocab, err, errlen);
+    int rc = read_vocab(&v, root, n_vocab, sp.nfc, err, errlen);
     cJSON *cfg = NULL, *gen = NULL;
     if (rc == 0) rc = bos_from_post_processor(item(root, "post_processor"), &v, &sp.bos, &sp.add_bos, err, errlen);
     if (rc == 0) cfg = read_optional(dir, "tokenizer_config.json", &rc, err, errlen);
@@ -350,7 +365,7 @@ int tokenizer_load_hf(const char *dir, int32_t n_vocab, tokenizer **out, char *e
     *out = NULL;
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= sizeof path)
-        return fail(err, errlen, "%s: path too long", dir);
+        return err_fail(err, errlen, "%s: path too long", dir);
     cJSON *root = json_file_read(path, MAX_TOKENIZER_JSON, NULL, err, errlen);
     if (!root) return -1;
     int rc = build(dir, root, n_vocab, out, err, errlen);
@@ -371,7 +386,7 @@ int tokenizer_hf_chat_template(const char *dir, char **tmpl, char *err, size_t e
             s = cJSON_GetStringValue(item(x, "template"));
     if (s) {
         *tmpl = strdup(s);
-        if (!*tmpl) rc = fail(err, errlen, "out of memory");
+        if (!*tmpl) rc = err_fail(err, errlen, "out of memory");
     } else {
         /* Newer transformers save the template beside the config as chat_template.jinja. */
         char path[4096];
@@ -381,8 +396,8 @@ int tokenizer_hf_chat_template(const char *dir, char **tmpl, char *err, size_t e
                 char *buf = malloc(MAX_SMALL_JSON + 1);
                 size_t n = buf ? fread(buf, 1, MAX_SMALL_JSON, f) : 0;
                 if (buf) buf[n] = 0;
-                if (!buf) rc = fail(err, errlen, "out of memory");
-                else if (!feof(f)) rc = fail(err, errlen, "%s: too large or unreadable", path);
+                if (!buf) rc = err_fail(err, errlen, "out of memory");
+                else if (!feof(f)) rc = err_fail(err, errlen, "%s: too large or unreadable", path);
                 if (rc == 0) *tmpl = buf;
                 else free(buf);
                 fclose(f);

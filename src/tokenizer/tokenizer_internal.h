@@ -49,6 +49,7 @@ struct tokenizer {
     bool add_bos;
     bool ignore_merges;     /* a piece that is a vocabulary token is that token (tokenizers' BPE option) */
     bool fuse_unk;          /* adjacent bytes without a token give one unknown token, not one each */
+    bool nfc;               /* text between special tokens is put in Unicode NFC first (normalize.h) */
     pretok_kind pre;
 };
 
@@ -68,7 +69,7 @@ typedef struct {
     int32_t bos, eos, eot, eom, unk, pad; /* -1: none */
     const int32_t *eog_ids;  /* more ids that end generation (generation_config.json), or NULL */
     size_t n_eog_ids;
-    bool add_bos, ignore_merges, fuse_unk;
+    bool add_bos, ignore_merges, fuse_unk, nfc;
     pretok_kind pre;
 } tok_spec;
 

@@ -1,22 +1,12 @@
 /* Builds a tokenizer from a tok_spec (vocabulary, merges, token types, special ids and
  * the pre-tokenizer), whichever file it was read from. Everything is copied. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err_msg.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/unicode_tables.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint64_t str_hash(const char *s, size_t len) {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, then mixed: only used at load time */
@@ -118,12 +108,12 @@ static bool is_eog_text(const char *s, size_t len) {
 static int load_vocab(struct tokenizer *t, const tok_spec *sp, char *err, size_t errlen) {
     uint64_t n = (uint64_t)sp->n_vocab;
     if (sp->n_vocab <= 0 || n > (uint64_t)INT32_MAX / 2)
-        return fail(err, errlen, "tokenizer: bad vocabulary size %lld", (long long)sp->n_vocab);
+        return err_fail(err, errlen, "tokenizer: bad vocabulary size %lld", (long long)sp->n_vocab);
     t->n_vocab = sp->n_vocab;
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
         total += sp->tokens[i].len;
-        if (total > UINT32_MAX / 2) return fail(err, errlen, "tokenizer: vocabulary too large");
+        if (total > UINT32_MAX / 2) return err_fail(err, errlen, "tokenizer: vocabulary too large");
     }
     t->text = malloc(total + 1);
     t->text_off = malloc((n + 1) * sizeof *t->text_off);
@@ -132,7 +122,7 @@ static int load_vocab(struct tokenizer *t, const tok_spec *sp, char *err, size_t
     t->type = malloc(n);
     t->eog = calloc(n, 1);
     if (!t->text || !t->text_off || !t->bytes || !t->bytes_off || !t->type || !t->eog)
-        return fail(err, errlen, "tokenizer: out of memory");
+        return err_fail(err, errlen, "tokenizer: out of memory");
 
     uint32_t off = 0, boff = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -152,7 +142,7 @@ static int load_vocab(struct tokenizer *t, const tok_spec *sp, char *err, size_t
 
     t->vocab_mask = table_size_for(n) - 1;
     t->vocab_slots = malloc((t->vocab_mask + 1) * sizeof *t->vocab_slots);
-    if (!t->vocab_slots) return fail(err, errlen, "tokenizer: out of memory");
+    if (!t->vocab_slots) return err_fail(err, errlen, "tokenizer: out of memory");
     memset(t->vocab_slots, 0xFF, (t->vocab_mask + 1) * sizeof *t->vocab_slots);
     for (int32_t i = 0; i < t->n_vocab; i++) vocab_insert(t, i);
     return 0;
@@ -160,19 +150,22 @@ static int load_vocab(struct tokenizer *t, const tok_spec *sp, char *err, size_t
 
 static int load_merges(struct tokenizer *t, const tok_spec *sp, char *err, size_t errlen) {
     uint64_t n = sp->n_merges;
-    if (n > (uint64_t)INT32_MAX / 4) return fail(err, errlen, "tokenizer: too many merges");
+    if (n > (uint64_t)INT32_MAX / 4) return err_fail(err, errlen, "tokenizer: too many merges");
     t->merge_mask = table_size_for(n) - 1;
     t->merge_slots = calloc(t->merge_mask + 1, sizeof *t->merge_slots);
     char *buf = NULL;
     size_t bufcap = 0;
-    if (!t->merge_slots) return fail(err, errlen, "tokenizer: out of memory");
+    if (!t->merge_slots) return err_fail(err, errlen, "tokenizer: out of memory");
     for (uint64_t r = 0; r < n; r++) {
         tok_text l = sp->merges[2 * r], rt = sp->merges[2 * r + 1];
         if (l.len == 0 || rt.len == 0) continue;
         if (l.len + rt.len > bufcap) {
             bufcap = 2 * (l.len + rt.len);
             char *nb = realloc(buf, bufcap);
-            if (!nb) { free(buf); return fail(err, errlen, "tokenizer: out of memory"); }
+            if (!nb) {
+                free(buf);
+                return err_fail(err, errlen, "tokenizer: out of memory");
+            }
             buf = nb;
         }
         memcpy(buf, l.s, l.len);
@@ -218,17 +211,18 @@ static int32_t valid_id(int32_t id, int32_t n_vocab) { return id >= 0 && id < n_
 int tokenizer_build(const tok_spec *sp, tokenizer **out, char *err, size_t errlen) {
     *out = NULL;
     struct tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return fail(err, errlen, "tokenizer: out of memory");
+    if (!t) return err_fail(err, errlen, "tokenizer: out of memory");
     t->pre = sp->pre;
     t->ignore_merges = sp->ignore_merges;
     t->fuse_unk = sp->fuse_unk;
+    t->nfc = sp->nfc;
     if (load_vocab(t, sp, err, errlen) != 0 || load_merges(t, sp, err, errlen) != 0) {
         tokenizer_free(t);
         return -1;
     }
     if (load_specials(t) != 0) {
         tokenizer_free(t);
-        return fail(err, errlen, "tokenizer: out of memory");
+        return err_fail(err, errlen, "tokenizer: out of memory");
     }
     for (int b = 0; b < 256; b++) {
         unsigned char u[4];

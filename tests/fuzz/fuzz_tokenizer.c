@@ -1,6 +1,7 @@
 /* libFuzzer target for the tokenizer on the default model's vocabulary: any byte string
  * must encode without crashing (special-token parsing on, off, and in markup spans), every
- * id must be in range, and decoding must give back the input whenever every byte has a token. */
+ * id must be in range, and decoding must give back the input whenever every byte has a token.
+ * The NFC normalizer (tokenizer.json's) takes any bytes too, and is idempotent. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "formats/gguf.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/tokenizer.h"
 
 static tokenizer *g_tok;
@@ -32,6 +34,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 4096) return 0;
     const char *text = (const char *)data;
+    char *norm = NULL, *again = NULL;
+    size_t nlen = 0, alen = 0;
+    if (nfc_normalize(text, size, &norm, &nlen) == 0 && norm) {
+        if (nfc_normalize(norm, nlen, &again, &alen) || (again && (alen != nlen || memcmp(again, norm, nlen))))
+            __builtin_trap();
+        free(again);
+    }
+    free(norm);
     int32_t ids[4096 + 2];
     const int32_t n_vocab = tokenizer_n_vocab(g_tok);
     for (int special = 0; special < 2; special++) {

@@ -119,6 +119,99 @@ def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
     assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
 
 
+@pytest.mark.parametrize("normalizer", [
+    {"type": "NFC"},                                                         # Qwen2 / Qwen3
+    {"type": "Sequence", "normalizers": [{"type": "NFC"}]},
+])
+def test_token_ids_nfc_normalizer(hf_default, tmp_path, normalizer):
+    """An NFC normalizer (with the Qwen2 split, as Qwen2's tokenizer.json): ids equal
+    `tokenizers`' on strings NFC changes and on the whole tricky-string set; without the
+    normalizer some of them must differ (the normalization really happens)."""
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    j["normalizer"] = normalizer
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": gguf_to_hf.QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    out = tmp_path / "nfc"
+    out.mkdir()
+    (out / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(out / "tokenizer.json"))
+    texts = cases.NORMALIZATION + cases.ALL
+    ours = invar_encode(out, texts)
+    bad = [(t, o) for t, o in zip(texts, ours) if o != ref.encode(t, add_special_tokens=False).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:3]}"
+    j["normalizer"] = None
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "tokenizer.json").write_text(json.dumps(j))
+    changed = sum(a != b for a, b in zip(invar_encode(plain, cases.NORMALIZATION), ours))
+    assert changed >= len(cases.NORMALIZATION) // 2, changed
+    # Bytes that are not UTF-8 pass through unnormalized, without a crash.
+    helper = BUILD_DIR / "test_tokenizer"
+    data = "".join(b.hex() + "\n" for b in cases.INVALID_UTF8 + [b"e\xcc\x81\xffe\xcc\x81"])
+    p = subprocess.run([str(helper), "--encode", str(out)], input=data, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and len(p.stdout.split("\n")) == len(cases.INVALID_UTF8) + 2, p.stderr
+    last = [int(x) for x in p.stdout.split("\n")[-2].split()]
+    assert last[:1] == ref.encode("\u00e9", add_special_tokens=False).ids[:1]
+
+
+# Words added to the vocabulary as ordinary tokens that no merge produces: with Llama-3's
+# ignore_merges a piece that is one of them is that token, not its BPE split.
+UNMERGEABLE = ["qzqzqz", "\u0120qzqzqz", "xkcdxkcd", "\u0120Zzyzx", "\u00c3\u00a9t\u00c3\u00a9s"]  # ..., "étés"
+
+
+def test_gguf_llama3_ignore_merges(hf_default, tmp_path):
+    """A GGUF with tokenizer.ggml.pre llama-bpe (the default model's vocabulary plus the
+    UNMERGEABLE words) and the same vocabulary as a tokenizer.json with Llama-3's options
+    (its split, ignore_merges true) give `tokenizers`' ids: on the words themselves, in text,
+    and on the whole tricky-string set."""
+    import gguf
+    from tokenizers import Tokenizer
+    d, _ = hf_default
+    j = json.loads((d / "tokenizer.json").read_text())
+    vocab = j["model"]["vocab"]
+    n = len(vocab)
+    assert sorted(vocab.values()) == list(range(n)) and not set(UNMERGEABLE) & set(vocab)
+    vocab.update({w: n + k for k, w in enumerate(UNMERGEABLE)})
+    j["model"]["ignore_merges"] = True
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": gguf_to_hf.LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "tokenizer.json").write_text(json.dumps(j))
+    ref = Tokenizer.from_file(str(hf / "tokenizer.json"))
+    # The GGUF: same tokens, merges, special and unknown tokens; the pre-tokenizer name implies
+    # the rest.
+    tokens = sorted(vocab, key=vocab.get)
+    types = [1] * len(tokens)
+    for a in j["added_tokens"]:
+        types[a["id"]] = 3 if a["special"] else 4
+    path = tmp_path / "llama-bpe.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]])
+    w.add_unk_token_id(vocab[j["model"]["unk_token"]])  # the vocabulary lacks some bytes
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    words = ["qzqzqz", " qzqzqz", "xkcdxkcd and xkcdxkcd", " Zzyzx9", "\u00e9t\u00e9s", "les \u00e9t\u00e9s!",
+             "qzqzqzqzqzqz", "Qzqzqz", "<|im_start|>qzqzqz"]
+    want = {w: ref.encode(w, add_special_tokens=False).ids for w in words}
+    assert want["qzqzqz"] == [n] and want[" qzqzqz"] == [n + 1] and want["\u00e9t\u00e9s"] == [n + 4], want
+    texts = words + cases.ALL
+    for model in (path, hf):
+        got = invar_encode(model, texts)
+        bad = [(t, o) for t, o in zip(texts, got) if o != ref.encode(t, add_special_tokens=False).ids]
+        assert not bad, f"{model.name}: {len(bad)} mismatches, first: {bad[:3]}"
+
+
 def test_token_ids_match_gguf(hf_default, default_model):
     d, _ = hf_default
     assert invar_encode(d, cases.ALL) == invar_encode(default_model, cases.ALL)
@@ -153,13 +246,29 @@ def test_qwen3_logits_bitwise(tiny_dir, tmp_path):
     assert logits(d, tmp_path) == logits(same, tmp_path)
 
 
-def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
-    """A float model converts losslessly, so its directory equals the source GGUF itself; the
-    same directory with q/k rows left in GGUF's interleaved order must not."""
-    import safetensors.numpy as stn
+LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 16.0,
+               "original_max_position_embeddings": 512}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory, synthetic_model):
+    """(source GGUF, its directory with Llama-3.1 rope scaling LLAMA3_ROPE, a GGUF of the same
+    values with the rope_freqs.weight a converter writes for it) of the synthetic F32 Llama."""
     src = synthetic_model("llama-F32")
+    d = tmp_path_factory.mktemp("hf_llama")
+    gguf_to_hf.convert(str(src), str(d / "llama"), "F32", gguf_out=str(d / "llama3-rope.gguf"),
+                       llama3_rope=LLAMA3_ROPE)
+    return src, d / "llama", d / "llama3-rope.gguf"
+
+
+def test_llama_rotary_layout_is_exercised(llama_dir, tmp_path):
+    """A float model converts losslessly, so its directory (without rope scaling) equals the
+    source GGUF itself; the same directory with q/k rows left in GGUF's interleaved order must not."""
+    import safetensors.numpy as stn
+    src = llama_dir[0]
     d = tmp_path / "hf"
-    gguf_to_hf.convert(str(src), str(d), "F32")
+    shutil.copytree(llama_dir[1], d)
+    edit_json(d, "config.json", lambda j: j.update(rope_scaling=None))
     base = logits(src, tmp_path)
     assert logits(d, tmp_path) == base
     cfg = json.loads((d / "config.json").read_text())
@@ -172,6 +281,34 @@ def test_llama_rotary_layout_is_exercised(synthetic_model, tmp_path):
                 w[name].reshape(heads, 2, r // heads // 2, -1).swapaxes(1, 2).reshape(w[name].shape))
     stn.save_file(w, str(d / "model.safetensors"))
     assert logits(d, tmp_path) != base
+
+
+def test_llama3_rope_scaling_matches_gguf(llama_dir, tmp_path):
+    """Llama-3.1 rope scaling from config.json gives the logits of a GGUF holding the same
+    weights and the rope_freqs.weight tensor a converter writes for those parameters; the
+    synthetic Llama's 16 frequencies (head_dim 32, theta 10^4) fall in all three bands (kept,
+    blended, divided by factor), and without the scaling the logits differ."""
+    src, d0, same = llama_dir
+    freqs = gguf_to_hf.llama3_rope_factors(10000.0, 32, LLAMA3_ROPE)
+    assert (freqs == 1).sum() >= 2 and (freqs == 8).sum() >= 2 and ((freqs > 1) & (freqs < 8)).sum() >= 2, freqs
+    d = tmp_path / "hf"
+    shutil.copytree(d0, d)
+    scaled = logits(d, tmp_path)
+    assert scaled == logits(same, tmp_path)
+    assert scaled != logits(src, tmp_path)
+    # transformers 5 spells it rope_parameters, theta inside.
+    edit_json(d, "config.json", lambda j: j.update(rope_parameters={**j.pop("rope_scaling"), "rope_type": "llama3",
+                                                                    "rope_theta": j.pop("rope_theta")}))
+    assert logits(d, tmp_path) == scaled
+    # Incomplete or inconsistent parameters are refused by name.
+    for edit, want in [(lambda r: r.pop("low_freq_factor"), "rope_scaling llama3 needs low_freq_factor"),
+                       (lambda r: r.pop("original_max_position_embeddings"),
+                        "missing original_max_position_embeddings"),
+                       (lambda r: r.update(high_freq_factor=0.5), "must be above low_freq_factor")]:
+        edit_json(d, "config.json", lambda j: edit(j["rope_parameters"]))
+        p = run(["tokenize", "--model", str(d), "hi"])
+        assert p.returncode == 3 and want in p.stderr, p.stderr
+        edit_json(d, "config.json", lambda j: j["rope_parameters"].update(LLAMA3_ROPE))
 
 
 # ---------------------------------------------------------------- commands
@@ -297,14 +434,22 @@ UNSUPPORTED = {
                          "unsupported model_type 'gemma'"),
     "rope scaling": (lambda d: edit_json(d, "config.json", lambda j: j.update(
         rope_scaling={"rope_type": "yarn", "factor": 4.0})), "rope scaling type 'yarn' is not supported"),
+    "llama3 rope on qwen3": (lambda d: edit_json(d, "config.json", lambda j: j.update(
+        rope_scaling={"rope_type": "llama3", **LLAMA3_ROPE})), "rope scaling type llama3 is for llama models"),
     "sliding window": (lambda d: edit_json(d, "config.json", lambda j: j.update(use_sliding_window=True)),
                        "use_sliding_window"),
     "vocab size": (lambda d: edit_json(d, "config.json", lambda j: j.update(vocab_size=7)), "vocab_size 7"),
     "tensor with no place": (_extra_tensor, "o_proj.bias' has no place in invar's qwen3 model"),
     "missing tensor": (lambda d: rewrite_header(d, lambda h: h.pop(first_weight(h))), "missing tensor blk.0.attn_q"),
     "no tokenizer.json": (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json"),
-    "normalizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={"type": "NFC"})),
-                   "normalizer 'NFC' is not supported"),
+    "normalizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={"type": "NFKC"})),
+                   "normalizer 'NFKC' is not supported"),
+    "normalizer in a sequence": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(normalizer={
+        "type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]})),
+        "normalizer 'Lowercase' is not supported"),
+    "normalized added token": (lambda d: edit_json(d, "tokenizer.json", lambda j: (
+        j.update(normalizer={"type": "NFC"}), j["added_tokens"][0].update(normalized=True))),
+        "is matched after normalization"),
     "pre-tokenizer": (lambda d: edit_json(d, "tokenizer.json", lambda j: j.update(
         pre_tokenizer={"type": "Whitespace"})), "unsupported pre_tokenizer"),
     "tokenizer model": (lambda d: edit_json(d, "tokenizer.json", lambda j: j["model"].update(type="Unigram")),

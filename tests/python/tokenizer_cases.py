@@ -104,6 +104,21 @@ RANDOM = _random_cases(80)
 
 ALL = UNICODE + WHITESPACE + NUMBERS + CODE + EMOJI + CONTRACTIONS + MIXED + SPECIAL + LONG + RANDOM
 
+# Strings NFC changes (tokenizer.json files with an NFC normalizer: Qwen2, Qwen3): decomposed
+# letters, several marks in non-canonical order, singletons (Angstrom and Ohm signs), Hangul
+# jamo that compose into syllables, composition exclusions, and compatibility characters NFC
+# must leave alone.
+NORMALIZATION = [
+    "e\u0301", "E\u0301cole", "cafe\u0301 au lait", "\u212b", "\u212bngstro\u0308m", "\u2126 ohm", "A\u030a",
+    "a\u0307\u0323", "a\u0323\u0307", "q\u0307\u0323", "\u1e9b\u0323", "e\u0301\u0301", "\u00c5\u0301",
+    "\u1100\u1161", "\u1100\u1161\u11a8", "\uac00\u11a8", "\u1112\u1161\u11ab\u1100\u1173\u11af",
+    " \u1100\u1161 x", "\u0958\u0959", "\u0915\u093c", "\u0f73 \u0f75", "\u2000\u2001", "\u0344",
+    "\u1fee", "\u0340\u0341", "\u00e9\u0301", "o\u0302\u0301\u0323", "\u05b8\u05b7", "\u0301e",
+    "\ufb01 \u2460 \uff21", "\u1e0b\u0323 \u1e0d\u0307", "Vie\u0302\u0323t Nam", "\u3099\u304b\u3099",
+    "\u30ab\u3099", "\U0001d15e", "\U000110ab", "\u00f1" * 3 + "n\u0303" * 3,
+    "<|im_end|>\u0301", "x<|im_start|>\u0301y", "'s\u0301", "1\u0301 2",
+]
+
 INVALID_UTF8 = [
     b"\xff", b"\xc3", b"abc\x80\x80def", b"\xe2\x82", b"\xf0\x9f\x98", b"\xed\xa0\x80 surrogate",
     b"\xc0\xaf overlong", b"\xf4\x90\x80\x80 too big", b"x\xfe\xff y", b"\xc3\x28\xa0\xa1",

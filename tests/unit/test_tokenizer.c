@@ -27,6 +27,7 @@
 
 #include "formats/gguf.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
@@ -620,6 +621,37 @@ static int check_tiling(void *ctx, const char *p, size_t l) {
     return 0;
 }
 
+/* NFC (normalize.h): ASCII is left in place, decomposed text composes, marks reorder, and an
+ * invalid byte is kept and composes with nothing. */
+static void expect_nfc(const char *in, size_t len, const char *want, size_t want_len) {
+    char *out = NULL;
+    size_t n = 0;
+    assert_int_equal(nfc_normalize(in, len, &out, &n), 0);
+    if (!want) {
+        assert_null(out);
+        assert_int_equal(n, len);
+        return;
+    }
+    assert_non_null(out);
+    assert_int_equal(n, want_len);
+    assert_memory_equal(out, want, n);
+    free(out);
+}
+
+#define NFC(in, want) expect_nfc(in, sizeof in - 1, want, sizeof want - 1)
+static void test_nfc(void **state) {
+    (void)state;
+    expect_nfc("plain ascii", 11, NULL, 0);
+    expect_nfc("", 0, NULL, 0);
+    NFC("e\xcc\x81", "\xc3\xa9");                                /* e + U+0301 -> U+00E9 */
+    NFC("\xe2\x84\xab", "\xc3\x85");                             /* U+212B -> U+00C5 */
+    NFC("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81"); /* jamo -> U+AC01 */
+    NFC("a\xcc\x87\xcc\xa3", "\xe1\xba\xa1\xcc\x87");            /* marks reorder, then compose */
+    NFC("e\xff\xcc\x81", "e\xff\xcc\x81");                       /* no composing across 0xFF */
+    NFC("\xc3\xa9\x80", "\xc3\xa9\x80");
+    NFC("e\xcc\x81\0e\xcc\x81", "\xc3\xa9\0\xc3\xa9");           /* NUL is a character */
+}
+
 static void test_pretokenizers(void **state) {
     (void)state;
     {
@@ -848,6 +880,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_pretokenizers), cmocka_unit_test(test_chat_model),
         cmocka_unit_test(test_chat_templates), cmocka_unit_test(test_chat_special_tokens_only_in_markup),
+        cmocka_unit_test(test_nfc),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
