@@ -149,6 +149,26 @@ AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     }
 }
 
+/* One activation row over a whole group (see k_q4_k_row): each block's record once. */
+AI void k_q8_0_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        prefetch_rec(rec, MM_REC_Q8_0, 0);
+        const int8_t *x = X.q + 32 * b;
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i isum = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m256i W = ldw(rec + 64 * t + 32 * h);
+                isum = _mm256_add_epi32(
+                    isum, madd1(_mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(bcast4(x + 4 * t), W))));
+            }
+            const __m256 f = _mm256_mul_ps(f16x8(rec + 512 + 16 * h), _mm256_cvtepi32_ps(isum));
+            acc[h] = accum(acc[h], X.d[b], f);
+        }
+    }
+}
+
 AI __m256i u8x8_epi32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 AI __m256i i8x8_epi32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 
@@ -399,8 +419,8 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
         if (cols > 8) store_cols(yr + 8, acc[1], cols - 8);                                  \
     } while (0)
 
-/* ROWK: NULL, or the kernel of a row block of one row (R = 1: decode). */
-#define GROUP_LOOP_ROW(NAME, K, REC, ROWK)                                                   \
+/* ROWK: the kernel of a row block of one row (R = 1: decode) when HAS_ROW. */
+#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                          \
     void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                    \
         const cpu_weight *w = a->w;                                                          \
         const int64_t nu = w->k / a->kt->q->block_elems;                                     \
@@ -408,7 +428,7 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
             const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                               \
             for (int64_t g = g0; g < g1; g++) {                                              \
                 const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);  \
-                if (R == 1 && ROWK_ON(ROWK)) {                                               \
+                if ((HAS_ROW) && R == 1) {                                                   \
                     RUN_ROW(ROWK);                                                           \
                     continue;                                                                \
                 }                                                                            \
@@ -426,18 +446,17 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
         }                                                                                    \
     }
 
-/* Types without a row kernel name no_row: never called (ROWK_ON is a constant 0). */
+/* Types without a row kernel name no_row (never called). */
 AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
     (void)a, (void)grp, (void)i0, (void)acc;
 }
-#define ROWK_ON(ROWK) (ROWK != no_row)
-#define GROUP_LOOP(NAME, K, REC) GROUP_LOOP_ROW(NAME, K, REC, no_row)
+#define GROUP_LOOP(NAME, K, REC) GROUP_LOOP_ROW(NAME, K, REC, no_row, 0)
 
 GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
 GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
-GROUP_LOOP(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0)
-GROUP_LOOP_ROW(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row)
-GROUP_LOOP_ROW(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row)
+GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
+GROUP_LOOP_ROW(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
+GROUP_LOOP_ROW(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 
