@@ -60,20 +60,16 @@ AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
 }
 
-/* Prefetch of a record spread over the `parts` steps of its computation (step i of
- * parts): a burst of 37 prefetches fills the miss buffers and stalls the core. */
-#ifndef PF_MODE
-#define PF_MODE 1
-#endif
-#define PF_SPREAD(rec, bytes, i, parts)                                                        \
-    do {                                                                                       \
-        if (PF_MODE == 1) {                                                                    \
-            const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts) - 1) / (parts);   \
-            for (int l_ = (i) * per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)              \
-                _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);            \
-        } else if (PF_MODE == 2 && (i) == 0) {                                                 \
-            prefetch_rec(rec, bytes, 0);                                                       \
-        }                                                                                      \
+/* Prefetch of a record spread over the `parts` steps of its computation (this is step i):
+ * the one-row kernels issue a few lines per step, PF_DIST ahead. A burst of a whole K-quant
+ * record (37 or 53 lines) before its computation fills the miss buffers and stalls the
+ * core: on a DRAM-sized Q4_K stream the one-row kernel read 13.6-15.2 GB/s spread, 12.4-12.8
+ * as a burst and 8.2-8.8 without prefetch (bench/README.md). */
+#define PF_SPREAD(rec, bytes, i, parts)                                                \
+    do {                                                                               \
+        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
+        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
+            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
     } while (0)
 
 /* Q[0..7]: u8 quants 0..15 for the 8 four-element steps of one 32-block. */
@@ -409,41 +405,41 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
     } while (0)
 
 /* A single row over whole groups (ROWK(a, grp, i0, acc[2]): lanes of both halves). */
-#define RUN_ROW(ROWK)                                                                        \
-    do {                                                                                     \
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                          \
-        ROWK(a, grp, i0, acc);                                                               \
-        float *yr = a->y + i0 * a->ldy + g * MM_NC;                                          \
-        const int64_t cols = w->n - g * MM_NC;                                               \
-        store_cols(yr, acc[0], cols < 8 ? cols : 8);                                         \
-        if (cols > 8) store_cols(yr + 8, acc[1], cols - 8);                                  \
+#define RUN_ROW(ROWK)                                               \
+    do {                                                            \
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        ROWK(a, grp, i0, acc);                                      \
+        float *yr = a->y + i0 * a->ldy + g * MM_NC;                 \
+        const int64_t cols = w->n - g * MM_NC;                      \
+        store_cols(yr, acc[0], cols < 8 ? cols : 8);                \
+        if (cols > 8) store_cols(yr + 8, acc[1], cols - 8);         \
     } while (0)
 
 /* ROWK: the kernel of a row block of one row (R = 1: decode) when HAS_ROW. */
-#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                          \
-    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                    \
-        const cpu_weight *w = a->w;                                                          \
-        const int64_t nu = w->k / a->kt->q->block_elems;                                     \
-        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                          \
-            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                               \
-            for (int64_t g = g0; g < g1; g++) {                                              \
-                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);  \
-                if ((HAS_ROW) && R == 1) {                                                   \
-                    RUN_ROW(ROWK);                                                           \
-                    continue;                                                                \
-                }                                                                            \
-                for (int h = 0; h < 2; h++) {                                                \
-                    const int64_t cols = w->n - g * MM_NC - 8 * h;                           \
-                    if (cols <= 0) break;                                                    \
-                    switch (R) {                                                             \
-                    case 1: RUN_ROWS(K, 1); break;                                           \
-                    case 2: RUN_ROWS(K, 2); break;                                           \
-                    case 3: RUN_ROWS(K, 3); break;                                           \
-                    default: RUN_ROWS(K, 4); break;                                          \
-                    }                                                                        \
-                }                                                                            \
-            }                                                                                \
-        }                                                                                    \
+#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                         \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                   \
+        const cpu_weight *w = a->w;                                                         \
+        const int64_t nu = w->k / a->kt->q->block_elems;                                    \
+        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                         \
+            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                              \
+            for (int64_t g = g0; g < g1; g++) {                                             \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                if ((HAS_ROW) && R == 1) {                                                  \
+                    RUN_ROW(ROWK);                                                          \
+                    continue;                                                               \
+                }                                                                           \
+                for (int h = 0; h < 2; h++) {                                               \
+                    const int64_t cols = w->n - g * MM_NC - 8 * h;                          \
+                    if (cols <= 0) break;                                                   \
+                    switch (R) {                                                            \
+                    case 1: RUN_ROWS(K, 1); break;                                          \
+                    case 2: RUN_ROWS(K, 2); break;                                          \
+                    case 3: RUN_ROWS(K, 3); break;                                          \
+                    default: RUN_ROWS(K, 4); break;                                         \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
     }
 
 /* Types without a row kernel name no_row (never called). */
