@@ -63,6 +63,10 @@ def main():
     ap.add_argument("--model", default=cb.DEFAULT_MODEL,
                     help="GGUF file (default: the Q4_1 model; the random Q8_0/F16 files of cpu_bench live in "
                          "build-bench/models/)")
+    ap.add_argument("--no-pp", action="store_true", help="skip pp512 (decode figures only)")
+    ap.add_argument("--stream", action="store_true",
+                    help="also measure streaming-read bandwidth (1 GiB, at start and end) and show each "
+                         "tg median as a fraction of the bound weight bytes per token / bandwidth")
     ap.add_argument("--tag")
     args = ap.parse_args()
     builds = [build_commit(c) for c in args.commit]
@@ -85,7 +89,13 @@ def main():
             pool = iter(short)
             return next(pool)
 
-    tests = [(f"pp512 {t} thr", "pp", t, 1) for t in threads] + [(f"tg {t} thr", "tg", t, 1) for t in threads]
+    tests = [] if args.no_pp else [(f"pp512 {t} thr", "pp", t, 1) for t in threads]
+    tests += [(f"tg {t} thr", "tg", t, 1) for t in threads]
+    bw_samples = {t: [] for t in threads}
+    if args.stream:
+        stream = cb.build_probe("stream_read")
+        for t in threads:
+            bw_samples[t] += cb.stream_bandwidth(stream, t, 1024, 3)
     tests += [(f"agg x{n} {threads[-1]} thr", "agg", threads[-1], n) for n in ns]
     samples = {label: {name: [] for name, *_ in tests} for label, _ in builds}
     for rep in range(args.reps):
@@ -97,15 +107,25 @@ def main():
                 v = cb.PP_TOKENS / r["pp_s"] if kind == "pp" else n * args.tokens / r["decode_s"]
                 samples[label][name].append(v)
         cb.log(f"rep {rep + 1}/{args.reps} done")
+    bound = {}
+    if args.stream:
+        for t in threads:
+            bw_samples[t] += cb.stream_bandwidth(stream, t, 1024, 3)
+        wb = cb.weight_bytes_per_token(args.model)[0]
+        bound = {f"tg {t} thr": cb.median(bw_samples[t]) * 1e9 / wb for t in threads}
+        print("streaming read (1 GiB, median of start and end): "
+              + ", ".join(f"{t} thr {cb.median(v):.2f} GB/s" for t, v in bw_samples.items())
+              + f"; weights per token {wb / 1e6:.1f} MB; decode bound "
+              + ", ".join(f"{k} {v:.1f} tok/s" for k, v in bound.items()))
     base = builds[0][0]
     med = {label: {name: cb.median(xs) for name, xs in d.items()} for label, d in samples.items()}
-    print(f"{'build':14}" + "".join(f"{name:>18}" for name, *_ in tests))
+    print(f"{'build':14}" + "".join(f"{name:>{24 if bound else 18}}" for name, *_ in tests))
     for label, _ in builds:
         cells = []
         for name, *_ in tests:
             m, b = med[label][name], med[base][name]
-            cells.append(f"{m:9.1f} ({m / b:4.2f}x)")
-        print(f"{label:14}" + "".join(f"{c:>18}" for c in cells))
+            cells.append(f"{m:9.1f} ({m / b:4.2f}x)" + (f" {100 * m / bound[name]:3.0f}%bw" if name in bound else ""))
+        print(f"{label:14}" + "".join(f"{c:>{24 if bound else 18}}" for c in cells))
     tag = args.tag or started.strftime("%Y%m%d-%H%M")
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"history_{tag}.json")
@@ -113,7 +133,9 @@ def main():
         json.dump({"started": started.isoformat(), "load_average_start": load0, "load_average_end": load_average(),
                    "machine": machine_info(), "commit": git_commit(), "model": args.model,
                    "settings": vars(args), "builds": [{"label": lb, "binary": exe} for lb, exe in builds],
-                   "median_tokens_per_s": med, "samples": samples}, f, indent=1)
+                   "median_tokens_per_s": med, "samples": samples,
+                   "stream_read_gbps_samples": bw_samples if args.stream else None,
+                   "decode_bound_tokens_per_s": bound or None}, f, indent=1)
     print(f"\nwrote {os.path.relpath(path, cb.ROOT)}")
 
 

@@ -8,7 +8,7 @@ against tools/reference_forward.py without shipping large real checkpoints.
 
 Usage:
   python tools/make_tiny_model.py --arch llama|qwen2|qwen3|qwen3moe --type Q4_1 \
-      --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m] \
+      --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m|smollm2-1.7b] \
       [--embd-type Q8_0] [--vocab N]
 
 qwen3moe is qwen3 (QK-norm) with every FFN routed: a float32 router
@@ -150,6 +150,11 @@ def tiny_shape(arch: str, wtype: str) -> Shape:
 
 SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
                      n_ctx=8192, head_dim=64, rope_base=100000.0, rms_eps=1e-5)
+# SmolLM2-1.7B's shape (tied output): weights of about 1 GB in Q4_K_M, far larger than the
+# cache, for the CPU decode benchmark (bench/README.md).
+SMOLLM2_1_7B = Shape(n_embd=2048, n_layer=24, n_head=32, n_head_kv=32, n_ff=8192,
+                     n_ctx=8192, head_dim=64, rope_base=130000.0, rms_eps=1e-5)
+NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B}
 
 # Small shapes the GPU kernels take (head_dim 64 or 128, widths multiples of 256 so every
 # weight type fits): the second is Llama-3-8B's head layout (GQA 4:1, head_dim 128).
@@ -353,8 +358,8 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     embd_type = embd_type or (wtype if mix_output else default_embd_type(wtype))
     if shape == "tiny":
         s = tiny_shape(arch, wtype)
-    elif shape == "smollm2-135m" or shape in GPU_SHAPES:
-        s = SMOLLM2_135M if shape == "smollm2-135m" else GPU_SHAPES[shape]
+    elif shape in NAMED_SHAPES or shape in GPU_SHAPES:
+        s = NAMED_SHAPES[shape] if shape in NAMED_SHAPES else GPU_SHAPES[shape]
         if arch in ("qwen3", "qwen3moe"):
             s = replace(s, rms_eps=1e-6)
         if arch == "qwen3moe":
@@ -475,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--separate-output", action="store_true",
                     help="write output.weight instead of tying it to token_embd")
     ap.add_argument("--shape", "--llama-shape", dest="shape",
-                    choices=("tiny", "smollm2-135m", *GPU_SHAPES), default="tiny")
+                    choices=("tiny", *NAMED_SHAPES, *GPU_SHAPES), default="tiny")
     ap.add_argument("--tokenizer-from", default=DEFAULT_TOKENIZER_MODEL,
                     help="GGUF whose tokenizer.* keys are copied")
     ap.add_argument("--vocab", type=int, default=None,

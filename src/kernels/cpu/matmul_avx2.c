@@ -60,6 +60,18 @@ AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
 }
 
+/* Prefetch of a record spread over the `parts` steps of its computation (this is step i):
+ * the one-row kernels issue a few lines per step, PF_DIST ahead. A burst of a whole K-quant
+ * record (37 or 53 lines) before its computation fills the miss buffers and stalls the
+ * core: on a DRAM-sized Q4_K stream the one-row kernel read 13.6-15.2 GB/s spread, 12.4-12.8
+ * as a burst and 8.2-8.8 without prefetch (bench/README.md). */
+#define PF_SPREAD(rec, bytes, i, parts)                                                \
+    do {                                                                               \
+        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
+        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
+            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
+    } while (0)
+
 /* Q[0..7]: u8 quants 0..15 for the 8 four-element steps of one 32-block. */
 AI __m256i dot8_u4(const __m256i *Q, const int8_t *x) {
     __m256i p = _mm256_maddubs_epi16(Q[0], bcast4(x));
@@ -133,6 +145,26 @@ AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     }
 }
 
+/* One activation row over a whole group (see k_q4_k_row): each block's record once. */
+AI void k_q8_0_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    for (int64_t b = 0; b < X.nb; b++) {
+        const uint8_t *rec = grp + b * MM_REC_Q8_0;
+        prefetch_rec(rec, MM_REC_Q8_0, 0);
+        const int8_t *x = X.q + 32 * b;
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i isum = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m256i W = ldw(rec + 64 * t + 32 * h);
+                isum = _mm256_add_epi32(
+                    isum, madd1(_mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(bcast4(x + 4 * t), W))));
+            }
+            const __m256 f = _mm256_mul_ps(f16x8(rec + 512 + 16 * h), _mm256_cvtepi32_ps(isum));
+            acc[h] = accum(acc[h], X.d[b], f);
+        }
+    }
+}
+
 AI __m256i u8x8_epi32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 AI __m256i i8x8_epi32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 
@@ -160,6 +192,44 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin),
                                             _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* One activation row (decode) over a whole 16-column group: both 8-column halves in one
+ * pass over the record, so it is streamed once, and each quant word is loaded once for
+ * the two blocks of its low and high nibbles. Per lane, the operations and their order
+ * are k_q4_k's (the integer dots are exact, however they are summed). */
+AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        for (int c = 0; c < 4; c++) {
+            PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
+            const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
+            const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
+            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            UNROLL for (int h = 0; h < 2; h++) {
+                __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
+                UNROLL for (int t = 0; t < 8; t++) {
+                    const __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
+                    plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(W, m4), bcast4(x0 + 4 * t)));
+                    phi = _mm256_add_epi16(
+                        phi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), bcast4(x1 + 4 * t)));
+                }
+                const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
+                const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
+                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), madd1(plo));
+                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[h] = accum(acc[h], X.d[b0], f);
+                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), madd1(phi));
+                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[h] = accum(acc[h], X.d[b1], f);
             }
         }
     }
@@ -206,6 +276,64 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
                 __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
                 __m256 f = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* One activation row over a whole 16-column group (see k_q4_k_row). The four blocks of
+ * a 128-element half n share their high-bit words, and blocks qtr, qtr + 2 their low
+ * words: each word is loaded once per half and its four block factors are computed
+ * before they enter acc in block order, as k_q6_k does. */
+AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        for (int n = 0; n < 2; n++) {
+            UNROLL for (int h = 0; h < 2; h++) {
+                PF_SPREAD(rec, MM_REC_Q6_K, 2 * n + h, 4);
+                __m256 f[4];
+                UNROLL for (int p = 0; p < 2; p++) {
+                    /* pl/ph: the two 16-element halves of blocks qtr = p (A) and p + 2 (B) */
+                    __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
+                    const int8_t *xa = X.q + 32 * (u * 8 + 4 * n + p), *xb = xa + 64;
+                    UNROLL for (int t = 0; t < 8; t += 2) {
+                        __m256i sA = _mm256_setzero_si256(), sB = sA;
+                        UNROLL for (int e = 0; e < 2; e++) {
+                            const __m256i L = ldw(rec + 64 * (16 * n + 8 * p + t + e) + 32 * h);
+                            const __m256i H = ldw(rec + 2048 + 64 * (8 * n + t + e) + 32 * h);
+                            const __m256i hA = p ? _mm256_slli_epi16(H, 2) : _mm256_slli_epi16(H, 4);
+                            const __m256i hB = p ? _mm256_srli_epi16(H, 2) : H;
+                            const __m256i qA = _mm256_or_si256(_mm256_and_si256(L, m4), _mm256_and_si256(hA, m30));
+                            const __m256i qB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4),
+                                                               _mm256_and_si256(hB, m30));
+                            sA = _mm256_add_epi16(sA, _mm256_maddubs_epi16(qA, bcast4(xa + 4 * (t + e))));
+                            sB = _mm256_add_epi16(sB, _mm256_maddubs_epi16(qB, bcast4(xb + 4 * (t + e))));
+                        }
+                        if (t < 4) {
+                            plA = _mm256_add_epi32(plA, madd1(sA));
+                            plB = _mm256_add_epi32(plB, madd1(sB));
+                        } else {
+                            phA = _mm256_add_epi32(phA, madd1(sA));
+                            phB = _mm256_add_epi32(phB, madd1(sB));
+                        }
+                    }
+                    const __m256 d = f16x8(rec + 3328 + 16 * h);
+                    UNROLL for (int q = 0; q < 2; q++) {
+                        const int ab = 4 * n + p + 2 * q;
+                        const int64_t b = u * 8 + ab;
+                        const int16_t *xs = X.s + 2 * b;
+                        const __m256i pl = _mm256_sub_epi32(q ? plB : plA, _mm256_set1_epi32(32 * xs[0]));
+                        const __m256i ph = _mm256_sub_epi32(q ? phB : phA, _mm256_set1_epi32(32 * xs[1]));
+                        const __m256i sl = i8x8_epi32(rec + 3072 + 16 * (2 * ab) + 8 * h);
+                        const __m256i sh = i8x8_epi32(rec + 3072 + 16 * (2 * ab + 1) + 8 * h);
+                        const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
+                        f[p + 2 * q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
+                    }
+                }
+                UNROLL for (int qtr = 0; qtr < 4; qtr++) acc[h] = accum(acc[h], X.d[u * 8 + 4 * n + qtr], f[qtr]);
             }
         }
     }
@@ -276,33 +404,55 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
             store_cols(a->y + (i0 + r) * a->ldy + g * MM_NC + 8 * h, acc[r], cols);          \
     } while (0)
 
-#define GROUP_LOOP(NAME, K, REC)                                                             \
-    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                    \
-        const cpu_weight *w = a->w;                                                          \
-        const int64_t nu = w->k / a->kt->q->block_elems;                                     \
-        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                          \
-            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                               \
-            for (int64_t g = g0; g < g1; g++) {                                              \
-                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC);  \
-                for (int h = 0; h < 2; h++) {                                                \
-                    const int64_t cols = w->n - g * MM_NC - 8 * h;                           \
-                    if (cols <= 0) break;                                                    \
-                    switch (R) {                                                             \
-                    case 1: RUN_ROWS(K, 1); break;                                           \
-                    case 2: RUN_ROWS(K, 2); break;                                           \
-                    case 3: RUN_ROWS(K, 3); break;                                           \
-                    default: RUN_ROWS(K, 4); break;                                          \
-                    }                                                                        \
-                }                                                                            \
-            }                                                                                \
-        }                                                                                    \
+/* A single row over whole groups (ROWK(a, grp, i0, acc[2]): lanes of both halves). */
+#define RUN_ROW(ROWK)                                               \
+    do {                                                            \
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        ROWK(a, grp, i0, acc);                                      \
+        float *yr = a->y + i0 * a->ldy + g * MM_NC;                 \
+        const int64_t cols = w->n - g * MM_NC;                      \
+        store_cols(yr, acc[0], cols < 8 ? cols : 8);                \
+        if (cols > 8) store_cols(yr + 8, acc[1], cols - 8);         \
+    } while (0)
+
+/* ROWK: the kernel of a row block of one row (R = 1: decode) when HAS_ROW. */
+#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                         \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                   \
+        const cpu_weight *w = a->w;                                                         \
+        const int64_t nu = w->k / a->kt->q->block_elems;                                    \
+        for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                         \
+            const int64_t R = a->m - i0 < MR ? a->m - i0 : MR;                              \
+            for (int64_t g = g0; g < g1; g++) {                                             \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                if ((HAS_ROW) && R == 1) {                                                  \
+                    RUN_ROW(ROWK);                                                          \
+                    continue;                                                               \
+                }                                                                           \
+                for (int h = 0; h < 2; h++) {                                               \
+                    const int64_t cols = w->n - g * MM_NC - 8 * h;                          \
+                    if (cols <= 0) break;                                                   \
+                    switch (R) {                                                            \
+                    case 1: RUN_ROWS(K, 1); break;                                          \
+                    case 2: RUN_ROWS(K, 2); break;                                          \
+                    case 3: RUN_ROWS(K, 3); break;                                          \
+                    default: RUN_ROWS(K, 4); break;                                         \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
     }
+
+/* Types without a row kernel name no_row (never called). */
+AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    (void)a, (void)grp, (void)i0, (void)acc;
+}
+#define GROUP_LOOP(NAME, K, REC) GROUP_LOOP_ROW(NAME, K, REC, no_row, 0)
 
 GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
 GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
-GROUP_LOOP(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0)
-GROUP_LOOP(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K)
-GROUP_LOOP(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K)
+GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
+GROUP_LOOP_ROW(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
+GROUP_LOOP_ROW(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 
