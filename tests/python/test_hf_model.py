@@ -98,6 +98,14 @@ def test_token_ids_match_tokenizers(hf_default):
                                                                       skip_special_tokens=False)
 
 
+def split_then_byte_level(regex):
+    """A tokenizer.json pre_tokenizer: the regex split (isolated pieces), then byte-level
+    mapping without its own regex, as Llama-3's and Qwen2's files write it."""
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+
+
 @pytest.mark.parametrize("pre", ["llama3", "qwen2"])
 def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
     """The same vocabulary behind the Llama-3 split (with ignore_merges, as Llama-3's
@@ -106,9 +114,7 @@ def test_token_ids_other_pre_tokenizers(hf_default, tmp_path, pre):
     d, _ = hf_default
     j = json.loads((d / "tokenizer.json").read_text())
     regex = gguf_to_hf.LLAMA3_REGEX if pre == "llama3" else gguf_to_hf.QWEN2_REGEX
-    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    j["pre_tokenizer"] = split_then_byte_level(regex)
     j["model"]["ignore_merges"] = pre == "llama3"
     out = tmp_path / pre
     out.mkdir()
@@ -131,9 +137,7 @@ def test_token_ids_nfc_normalizer(hf_default, tmp_path, normalizer):
     d, _ = hf_default
     j = json.loads((d / "tokenizer.json").read_text())
     j["normalizer"] = normalizer
-    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": gguf_to_hf.QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    j["pre_tokenizer"] = split_then_byte_level(gguf_to_hf.QWEN2_REGEX)
     out = tmp_path / "nfc"
     out.mkdir()
     (out / "tokenizer.json").write_text(json.dumps(j))
@@ -176,9 +180,7 @@ def test_gguf_llama3_ignore_merges(hf_default, tmp_path):
     assert sorted(vocab.values()) == list(range(n)) and not set(UNMERGEABLE) & set(vocab)
     vocab.update({w: n + k for k, w in enumerate(UNMERGEABLE)})
     j["model"]["ignore_merges"] = True
-    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": gguf_to_hf.LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    j["pre_tokenizer"] = split_then_byte_level(gguf_to_hf.LLAMA3_REGEX)
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "tokenizer.json").write_text(json.dumps(j))
