@@ -79,7 +79,6 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
     const int last_pos = it.pos0 + it.ntok - 1;
     const int kend = min(ctx_len[it.seq], last_pos + 1);
     const float sl2 = __fmul_rn(scale, 1.44269504088896341f); /* scores in log2 units */
-    (void)max_pages;
 
     /* Query rows (zero past R). */
     for (int i = tid; i < MR * QCH; i += NT) {
