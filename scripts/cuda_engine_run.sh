@@ -9,7 +9,7 @@
 # test_cuda_engine and the test_cuda_* kernel tests (default build-cuda), LIBS an optional
 # folder of shared libraries to put first on the library path (for a machine that lacks
 # libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
-# Usage: scripts/cuda_engine_run.sh [kernels] [sanitize] [engine] [hf] [hf8b] [cli] | all   (default: all)
+# Usage: scripts/cuda_engine_run.sh [kernels] [sanitize|memcheck|racecheck] [engine] [hf] [hf8b] [cli] | all   (default: all)
 # ("cli" also runs `invar serve --device cuda` under concurrent clients: serve_check.py)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -45,14 +45,17 @@ if want kernels; then
 fi
 
 # compute-sanitizer on the kernel tests' small mode (INVAR_CUDA_TEST_SMALL=1): memcheck with
-# leak checking, and racecheck on shared memory.
-if want sanitize; then
+# leak checking; racecheck on shared memory in the smaller mode 2 (it is ~100x slower per
+# launch). "sanitize" runs both; "memcheck" or "racecheck" one.
+if want sanitize || want memcheck; then
     for t in test_cuda_rows test_cuda_attention test_cuda_sampler test_cuda_gemm; do
         step "memcheck-$t" env INVAR_CUDA_TEST_SMALL=1 timeout 300 compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 3 "$BIN/$t"
     done
-    for t in test_cuda_rows test_cuda_attention test_cuda_sampler; do
-        step "racecheck-$t" env INVAR_CUDA_TEST_SMALL=1 timeout 300 compute-sanitizer --tool racecheck \
+fi
+if want sanitize || want racecheck; then
+    for t in test_cuda_rows test_cuda_sampler test_cuda_gemm test_cuda_attention; do
+        step "racecheck-$t" env INVAR_CUDA_TEST_SMALL=2 timeout 300 compute-sanitizer --tool racecheck \
             --error-exitcode 3 "$BIN/$t"
     done
 fi

@@ -45,8 +45,8 @@ long invar_cuda_rows_differ(invar_cuda_ctx *ctx, const void *a, const void *b, s
                             size_t row_bytes);
 
 /* ---- negative controls: each makes a real kernel's reduction depend on the batch ---- */
-/* on: RMSNorm adds each thread's elements in reverse order when the call has an odd number
- * of rows, so a row's bits depend on M (test_cuda_rows shows its check then fails). */
+/* on: RMSNorm adds its warps' partial sums serially, last warp first, when the call has an
+ * odd number of rows, so a row's bits depend on M (test_cuda_rows shows its check then fails). */
 void invar_cuda_testing_norm_by_rows(invar_cuda_ctx *ctx, int on);
 /* on: attention's merge folds a token's KV splits last to first when the launch holds an odd
  * number of tokens, so a token's bits depend on what it is batched with (test_cuda_attention). */

@@ -35,6 +35,27 @@ static __device__ float block_sum(float v, float *sh)
     return r;
 }
 
+/* Negative control only (invar_cuda_testing_norm_by_rows): block_sum with the warp totals
+ * added one after another, last warp first, instead of by the xor tree. A different
+ * association of the same partials: the row's sum moves by about an ulp, often enough for
+ * the bf16 outputs of a few rows in a hundred to change. */
+static __device__ float block_sum_serial_reversed(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int w = nw - 1; w >= 0; w--) t = __fadd_rn(t, sh[w]);
+        sh[32] = t;
+    }
+    __syncthreads();
+    float r = sh[32];
+    __syncthreads();
+    return r;
+}
+
 /* (max, sum of exp(x - max)) pairs merged in a fixed order. */
 struct ms { float m, s; };
 static __device__ __forceinline__ struct ms ms_merge(struct ms a, struct ms b)
@@ -118,15 +139,11 @@ rmsnorm_kernel(const uint16_t *__restrict__ x, uint16_t *__restrict__ res,
             }
             r[i] = rv;
             const uint16_t *pr = (const uint16_t *)&rv;
-            if (reverse) { /* negative control only (invar_cuda_testing_norm_by_rows) */
-                for (int e = 7; e >= 0; e--) ss = __fadd_rn(ss, __fmul_rn(bf(pr[e]), bf(pr[e])));
-                continue;
-            }
 #pragma unroll
             for (int e = 0; e < 8; e++) ss = __fadd_rn(ss, __fmul_rn(bf(pr[e]), bf(pr[e])));
         }
     }
-    ss = block_sum(ss, sh);
+    ss = reverse ? block_sum_serial_reversed(ss, sh) : block_sum(ss, sh);
     float inv = 1.0f / sqrtf(__fadd_rn(ss / (float)D, eps));
 #pragma unroll
     for (int i = 0; i < NORM_MAX_VEC; i++) {

@@ -158,6 +158,18 @@ static int32_t *random_ids(int64_t n) {
     return p;
 }
 
+/* OpenAI-style logits processing (penalties, logit_bias, min_tokens) on some requests, so the
+ * device sampler's and the host's handling of it is inside the invariance checks too. */
+static void with_logits_processing(invar_sampling *s, int k) {
+    s->presence_penalty = 0.5f;
+    s->frequency_penalty = 0.25f * (float)(k % 3);
+    s->repetition_penalty = 1.1f;
+    s->min_tokens = s->max_tokens < 2 ? s->max_tokens : 2;
+    s->n_logit_bias = 2;
+    s->logit_bias[0] = (invar_logit_bias){(int32_t)(7 * k + 1), 5.0f};
+    s->logit_bias[1] = (invar_logit_bias){(int32_t)(11 * k + 2), -100.0f};
+}
+
 /* 32 prompts: chat prompts, random token sequences up to 700 long, and a group sharing a
  * 150-token prefix (prefix-cache hits inside and across blocks). Each as greedy (even index)
  * and temperature 0.8 with a seed (odd index). */
@@ -191,6 +203,7 @@ static req *make_targets(int *n_out) {
             r->s.ignore_eos = true;
             r->s.temperature = v ? 0.8f : 0.0f;
             r->s.seed = 1000 + (uint64_t)p;
+            if (p % 4 == 3) with_logits_processing(&r->s, p);
         }
         free(ids);
     }
@@ -211,6 +224,7 @@ static req *make_fillers(int n) {
         rs[i].s.top_logprobs = (int32_t)rnd(3);
         rs[i].s.seed = rnd(1000);
         rs[i].s.ignore_eos = true;
+        if (rnd(4) == 0) with_logits_processing(&rs[i].s, i);
     }
     return rs;
 }
