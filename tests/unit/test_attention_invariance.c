@@ -50,11 +50,11 @@ static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shu
             f->table[b] = f->table[j];
             f->table[j] = t;
         }
-    attn_kv view = {f->k, f->v, f->table, N_KV, HD};
+    attn_kv view = {f->k, f->v, f->table, N_KV, HD, HD};
     for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * kvd, vals + p * kvd);
 }
 
-static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f};
+static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f, HD};
 
 /* The check: each query of batches of m = 1..max_m queries (mixed positions across split
  * edges, two sequences, one with shuffled physical blocks, 1 or 2 threads) against the same
@@ -79,7 +79,7 @@ static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t
             /* odd m: runs of 3 jobs on one sequence (they share attention tiles, with
              * positions that differ and cross split edges); even m: alternating */
             kv_fixture *f = ((m & 1) ? (j / 3) & 1 : j & 1) ? &b : &a;
-            jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD, HD}, pos};
         }
         threadpool *tp = pools[m & 1];
         attn_run_split(tp, &SHAPE, jobs, m, mode);
@@ -87,7 +87,7 @@ static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
-            alone.kv = (attn_kv){a.k, a.v, a.table, N_KV, HD};
+            alone.kv = (attn_kv){a.k, a.v, a.table, N_KV, HD, HD};
             attn_run_split(pools[0], &SHAPE, &alone, 1, mode);
             bad += memcmp(ref, out + j * qd, sizeof ref) != 0;
             (*checked)++;
@@ -130,7 +130,7 @@ static void test_attention_accuracy(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int64_t positions[] = {0, 1, 255, 256, 257, 511, 600, CTX - 1};
     for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
-        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD}, positions[pi]};
+        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD, HD}, positions[pi]};
         attn_run(NULL, &SHAPE, &job, 1);
         for (int h = 0; h < N_HEADS; h++) {
             int kvh = h / (N_HEADS / N_KV);
