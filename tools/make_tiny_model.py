@@ -151,9 +151,10 @@ class Shape:
     n_layer_dense: int = 0
 
 
-# deepseek2's tiny shape: widths multiples of 32 (every k a Q8_0/Q4_1 row holds), a latent
+# deepseek2's tiny shape: widths multiples of 32 (every k a Q8_0/Q4_1 row holds; n_embd 256: eight
+# blocks per row, so a negative control's K split can regroup them), a latent
 # head of 64 + 16, per-head q/k of 32 + 16 and values of 32; 8 experts of 64.
-DEEPSEEK2_TINY = dict(n_embd=128, n_layer=3, n_head=4, n_head_kv=4, n_ff=256, n_ctx=1024, head_dim=48,
+DEEPSEEK2_TINY = dict(n_embd=256, n_layer=3, n_head=4, n_head_kv=4, n_ff=512, n_ctx=1024, head_dim=48,
                       rope_base=10000.0, rms_eps=1e-6, n_expert=8, n_ff_exp=64, kv_lora=64, n_rot=16,
                       qk_nope=32, v_dim=32, n_layer_dense=1)
 
@@ -400,7 +401,7 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     if arch == "deepseek2":
         if shape != "tiny":
             raise ValueError("deepseek2: only the tiny shape")
-        s = replace(s, q_lora=q_lora, n_expert_used=2 if gating == "softmax" else 3)
+        s = replace(s, q_lora=q_lora, n_expert_used=4 if gating == "softmax" else 3)  # >= 3: order matters
         return _make_deepseek2(out, s, wtype, seed, separate_output, embd_type, tokenizer_src, quiet, vocab,
                                gating, merged_kv_b)
 
