@@ -98,12 +98,13 @@ static int read_mla(const gguf_file *f, model_config *c, char *err, size_t errle
         if (read_int(f, a, "attention.key_length_mla", c->n_rot + 1, MODEL_MAX_HEAD_DIM, true, 0, &kmla, err, errlen) ||
             read_int(f, a, "attention.value_length_mla", 1, MODEL_MAX_HEAD_DIM, true, 0, &vmla, err, errlen))
             return -1;
-        if (c->n_head_kv != 1) FAIL("%s.attention.head_count_kv = %lld: an MLA file (key_length_mla) has 1", a,
-                                    (long long)c->n_head_kv);
+        if (c->n_head_kv != 1)
+            FAIL("%s.attention.head_count_kv = %lld: an MLA file (key_length_mla) has 1", a, (long long)c->n_head_kv);
         if (klen != c->mla.kv_lora + c->n_rot || vlen != c->mla.kv_lora)
             FAIL("%s: key_length %lld / value_length %lld must be kv_lora_rank + rope dims (%lld) / kv_lora_rank "
-                 "(%lld) in an MLA file", a, (long long)klen, (long long)vlen,
-                 (long long)(c->mla.kv_lora + c->n_rot), (long long)c->mla.kv_lora);
+                 "(%lld) in an MLA file",
+                 a, (long long)klen, (long long)vlen, (long long)(c->mla.kv_lora + c->n_rot),
+                 (long long)c->mla.kv_lora);
         *nope = kmla - c->n_rot;
         c->mla.v_dim = vmla;
     } else {
@@ -208,12 +209,14 @@ static int read_moe_deepseek2(const gguf_file *f, model_config *c, char *err, si
     if (read_int(f, a, "expert_shared_feed_forward_length", 0, INT64_MAX, false, 0, &v, err, errlen)) return -1;
     if (v && v != c->n_ff_exp * c->n_expert_shared)
         FAIL("%s.expert_shared_feed_forward_length = %lld: deepseek2's shared FFN is expert_feed_forward_length x "
-             "expert_shared_count = %lld", a, (long long)v, (long long)(c->n_ff_exp * c->n_expert_shared));
+             "expert_shared_count = %lld",
+             a, (long long)v, (long long)(c->n_ff_exp * c->n_expert_shared));
     if (read_int(f, a, "expert_group_count", 1, c->n_expert, false, 1, &c->n_group, err, errlen) ||
         read_int(f, a, "expert_group_used_count", 1, c->n_group, false, c->n_group, &c->n_group_used, err, errlen))
         return -1;
-    if (c->n_expert % c->n_group) FAIL("%s: expert_count %lld is not a multiple of expert_group_count %lld", a,
-                                       (long long)c->n_expert, (long long)c->n_group);
+    if (c->n_expert % c->n_group)
+        FAIL("%s: expert_count %lld is not a multiple of expert_group_count %lld", a, (long long)c->n_expert,
+             (long long)c->n_group);
     if (c->n_group > 1 && c->n_expert / c->n_group < 2)
         FAIL("%s: groups of one expert (a group scores its two best experts)", a);
     used_max = c->n_group_used * (c->n_expert / c->n_group);

@@ -107,7 +107,7 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     size_t sc = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        const cpu_weight *ws[] = {&L->wq,     &L->wk,     &L->wv,      &L->wo,   &L->gate,  &L->up, &L->down,
+        const cpu_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,    &L->wo,      &L->gate, &L->up,   &L->down,
                                   &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
             if (ws[i]->data) sc = max_sz(sc, cpu_matmul_scratch_bytes(ws[i], max_tokens));

@@ -9,11 +9,11 @@
 
 struct mla_state {
     int64_t max_tokens;
-    float *qa;    /* [T][q_lora] the query's bottleneck (q_lora > 0) */
-    float *q;     /* [T][n_head][qk_nope + rope] */
-    float *kva;   /* [T][kv_lora + rope]: c_kv, then k_pe; normed and rope'd in place */
-    float *qlat;  /* [T][n_head][kv_lora + rope]: the absorbed query, then q_pe */
-    float *olat;  /* [T][n_head][kv_lora] */
+    float *qa;   /* [T][q_lora] the query's bottleneck (q_lora > 0) */
+    float *q;    /* [T][n_head][qk_nope + rope] */
+    float *kva;  /* [T][kv_lora + rope]: c_kv, then k_pe; normed and rope'd in place */
+    float *qlat; /* [T][n_head][kv_lora + rope]: the absorbed query, then q_pe */
+    float *olat; /* [T][n_head][kv_lora] */
     attn_job *jobs;
     bool prefill_plain; /* the negative control */
     float *w_uk, *w_uv; /* the control's dequantised k_b / v_b of the layer */
@@ -56,7 +56,9 @@ typedef struct {
     float *out;
 } rows_ctx;
 
-static void run_rows(rows_ctx *c, rows_fn fn) { rows_run(c->a->tp, c->a->b->n_tokens, c->a->row_cuts, c->a->n_tasks, fn, c); }
+static void run_rows(rows_ctx *c, rows_fn fn) {
+    rows_run(c->a->tp, c->a->b->n_tokens, c->a->row_cuts, c->a->n_tasks, fn, c);
+}
 
 /* The query bottleneck's norm; c_kv's norm, k_pe's rope, and the latent K/V into the cache
  * (before any query of this forward reads it: attention runs after all rows are done). */
@@ -174,8 +176,8 @@ void mla_attention(mla_state *s, const mla_args *a, const float *xn, float *out)
     const int64_t qk = cf->mla.qk_nope + rope, ql = cf->mla.q_lora, vd = cf->mla.v_dim;
     const kv_storage *kv = a->kv;
     const size_t blocks = (size_t)a->il * (size_t)kv->n_blocks * KV_BLOCK;
-    rows_ctx c = {s, a, {kv->k + blocks * (size_t)kv->kv_dim, kv->v + blocks * (size_t)kv->kv_dim_v, NULL, 1, R + rope, R},
-                  out};
+    rows_ctx c = {
+        s, a, {kv->k + blocks * (size_t)kv->kv_dim, kv->v + blocks * (size_t)kv->kv_dim_v, NULL, 1, R + rope, R}, out};
     /* x's two projections: the query (or its bottleneck) and the compressed KV */
     const cpu_weight *w[] = {ql ? &L->wq_a : &L->wq, &L->wkv_a};
     float *const y[] = {ql ? s->qa : s->q, s->kva};

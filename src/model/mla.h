@@ -34,7 +34,7 @@ typedef struct {
     const int64_t *row_cuts; /* rows_cut's tasks */
     int64_t n_tasks;
     matmul_fn mm;
-    void *scratch;          /* cpu_matmul_scratch_bytes for T rows of every MLA weight */
+    void *scratch; /* cpu_matmul_scratch_bytes for T rows of every MLA weight */
     attn_split_mode split;
 } mla_args;
 

@@ -318,8 +318,8 @@ static int64_t set_size(const model_config *c, int j) { return j < 3 ? c->n_expe
 /* A layer's single matrices (empty ones are skipped). */
 #define N_SINGLE 14
 static void single_weights(layer_weights *L, cpu_weight **ws) {
-    cpu_weight *all[N_SINGLE] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router,
-                                 &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
+    cpu_weight *all[N_SINGLE] = {&L->wq,     &L->wk,      &L->wv,    &L->wo,      &L->gate, &L->up,   &L->down,
+                                 &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
     memcpy(ws, all, sizeof all);
 }
 
@@ -357,8 +357,8 @@ static void free_layer(layer_weights *L, const model_config *c) {
         for (int64_t e = 0; sets[j] && e < set_size(c, j); e++) cpu_weight_free(&sets[j][e]);
         free(sets[j]);
     }
-    float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->exp_probs_b,
-                   L->q_a_norm, L->kv_a_norm, L->kb_owned};
+    float *vs[] = {L->attn_norm, L->ffn_norm,    L->bq,       L->bk,        L->bv,      L->q_norm,
+                   L->k_norm,    L->exp_probs_b, L->q_a_norm, L->kv_a_norm, L->kb_owned};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
 }
 

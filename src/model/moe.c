@@ -31,8 +31,8 @@ static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 6
 
 void moe_state_free(moe_state *s) {
     if (!s) return;
-    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot, s->xg, s->g, s->u, s->y, s->seen,
-                 s->score};
+    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot,
+                 s->xg,     s->g,   s->u,   s->y,     s->seen,  s->score};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
     free(s);
 }
@@ -62,8 +62,8 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     s->y = falloc(TK * (size_t)s->D);
     s->seen = calloc(E, sizeof(uint64_t));
     s->score = malloc(sizeof(float) * 2 * E);
-    if (!s->score || !s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg || !s->g ||
-        !s->u || !s->y || !s->seen) {
+    if (!s->score || !s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg ||
+        !s->g || !s->u || !s->y || !s->seen) {
         moe_state_free(s);
         return NULL;
     }

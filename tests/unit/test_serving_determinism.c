@@ -297,8 +297,8 @@ static int score_mismatches(matmul_fn mm, int n, bool mla_prefill_plain) {
                                                                    err, sizeof err),
                              0);
         else
-            assert_int_equal(invar_score_testing(g_model, r.ids, r.n, sampled.tok, sampled.n, 2, lp, mm, err, sizeof err),
-                             0);
+            assert_int_equal(
+                invar_score_testing(g_model, r.ids, r.n, sampled.tok, sampled.n, 2, lp, mm, err, sizeof err), 0);
         bad += memcmp(lp, sampled.lp, sizeof(float) * (size_t)sampled.n) != 0;
     }
     return bad;
@@ -307,10 +307,12 @@ static int score_mismatches(matmul_fn mm, int n, bool mla_prefill_plain) {
 static void test_score_equals_sampled_logprobs(void **s) {
     (void)s;
     assert_int_equal(score_mismatches(NULL, quick() ? 2 : 8, false), 0);
-    if (!quick()) assert_true(score_mismatches(cpu_matmul_splitk_by_m, 2, false) > 0); /* negative control (Release run) */
+    if (!quick())
+        assert_true(score_mismatches(cpu_matmul_splitk_by_m, 2, false) > 0); /* negative control (Release run) */
     if (!quick() && g_model->m->cfg.mla.kv_lora) { /* prefill (score) in the other MLA formulation than decode */
         const int bad = score_mismatches(NULL, 2, true);
-        printf("# negative control (MLA prefill rows non-absorbed): %d/2 scores differ from the sampled logprobs\n", bad);
+        printf("# negative control (MLA prefill rows non-absorbed): %d/2 scores differ from the sampled logprobs\n",
+               bad);
         assert_true(bad > 0);
     }
 }

@@ -174,9 +174,9 @@ static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t
 }
 
 static int attention_mismatches(void) {
-    return attention_all_isas(9, 3, 64, 64) + /* SmolLM2: groups of 3 */
+    return attention_all_isas(9, 3, 64, 64) +   /* SmolLM2: groups of 3 */
            attention_all_isas(8, 1, 128, 128) + /* a group of 8: two tiles of 4 */
-           attention_all_isas(5, 1, 40, 40) +  /* head_dim with a scalar tail; tiles of 4 + 1 */
+           attention_all_isas(5, 1, 40, 40) +   /* head_dim with a scalar tail; tiles of 4 + 1 */
            attention_all_isas(4, 2, 24, 24) +
            attention_all_isas(3, 1, 576, 512) + /* MLA's latent head (DeepSeek-V2/V3: 512 + 64) */
            attention_all_isas(4, 1, 40, 32);    /* a tiny model's latent head */

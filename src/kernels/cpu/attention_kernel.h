@@ -175,8 +175,8 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
 /* AVX-512 build: specialised on the tile size and the common head dims so the compiler can
  * keep a tile's accumulators in registers; every instance performs the same per-query
  * operations as the general one. */
-#define ATTN_TILE_Q(hd)                                            \
-    switch (Q) {                                                   \
+#define ATTN_TILE_Q(hd)                                                \
+    switch (Q) {                                                       \
     case 1: attn_tile(sh, kv, kvh, qs, 1, hd, hd, ATTN_SPLIT); break;  \
     case 2: attn_tile(sh, kv, kvh, qs, 2, hd, hd, ATTN_SPLIT); break;  \
     case 3: attn_tile(sh, kv, kvh, qs, 3, hd, hd, ATTN_SPLIT); break;  \
