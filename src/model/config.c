@@ -198,6 +198,7 @@ static int read_moe_deepseek2(const gguf_file *f, model_config *c, char *err, si
         read_float(f, a, "expert_weights_scale", 1e-6f, 1e6f, 1.0f, &c->expert_weights_scale, err, errlen) ||
         read_int(f, a, "expert_gating_func", 0, INT64_MAX, false, GATING_SOFTMAX, &v, err, errlen))
         return -1;
+    if (v == 0) v = GATING_SOFTMAX; /* "none": older V2 files; llama.cpp reads it as softmax too */
     if (v != GATING_SOFTMAX && v != GATING_SIGMOID)
         FAIL("%s.expert_gating_func = %lld is not supported (1 softmax, 2 sigmoid)", a, (long long)v);
     c->gating = (expert_gating)v;

@@ -132,6 +132,20 @@ def test_deepseek2_tensor_shape_refused(synthetic_model, tmp_path):
     assert "blk.2.attn_k_b.weight has shape [32, 64, 3] (3 dims), expected [32, 64, 4]" in p.stderr, p.stderr
 
 
+def test_weight_updates_refused_on_deepseek2(synthetic_model):
+    from invar_pkg import invar
+    from test_python_weights import file_weights, outputs
+
+    path = synthetic_model("deepseek2-v3-F32")
+    w = file_weights(path)
+    with invar.LLM(str(path), threads=2) as llm:
+        before = outputs(llm)
+        for name in ("blk.0.attn_kv_a_mqa.weight", "blk.1.attn_output.weight"):
+            with pytest.raises(invar.InvarError, match="weights of a deepseek2 model cannot be replaced yet"):
+                llm.update_weights({name: w[name]})
+        assert outputs(llm) == before
+
+
 # The suites run on the V3-like file (q_lora, sigmoid, groups, bias: every routing step); the
 # V2-Lite-like one passes them too (about 3 s more, left out for CI time).
 def test_engine_invariance_suite_on_deepseek2(synthetic_model):
