@@ -66,7 +66,7 @@ MOE_VARIANTS = {
     # experts) and V3-like (q_lora, sigmoid with groups and the correction bias, 1 shared)
     "deepseek2-lite-F32": dict(arch="deepseek2", wtype="F32", vocab=4096),
     "deepseek2-v3-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, gating="sigmoid", q_lora=64),
-    "deepseek2-kvb-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, merged_kv_b=True),
+    "deepseek2-kvb-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, merged_kv_b=True, q_lora=64),
     "deepseek2-v3-Q4_1": dict(arch="deepseek2", wtype="Q4_1", vocab=4096, gating="sigmoid", q_lora=64),
 }
 

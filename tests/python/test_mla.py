@@ -2,13 +2,19 @@
 files written by tools/make_tiny_model.py: a V2-Lite-like file (no q_lora, softmax routing,
 no groups or bias, 2 shared experts), a V3-like one (q_lora, sigmoid routing in 4 groups of
 which 2 are used, the score-correction bias, normalised weights times 2.5, 1 shared expert)
-and the older merged attn_kv_b layout; each has one leading dense layer and YaRN.
+and the older merged attn_kv_b layout (softmax, with q_lora); each has one leading dense
+layer and YaRN.
 
 * Logits against the independent numpy forward (tools/reference_forward.py: MLA in the
   plain, non-absorbed formulation; invar runs the absorbed one), F32 tolerance of
   test_logits_reference.py (measured about 1e-6 rms). Rows where a routing decision of the
   reference (a group or an expert) has a margin under ROUTE_GAP in score units are left
   out and counted, as in test_moe.py.
+* llama.cpp (llama-cpp-python, where installed) loads the V3-like and merged files and meets
+  the same tolerance against the reference (measured rms 5e-4 and 8e-4: its KV cache is
+  f16), which validates the reference's reading of the format (YaRN, groups, bias, scale).
+  It cannot load the V2-Lite-like file: llama.cpp recognises a q_lora-less deepseek2 by
+  V2-Lite's 27 layers only.
 * The keys are read: the same file with YaRN's factor, the routed scale or the gating
   function changed is far from the reference.
 * Bad metadata and tensor shapes are refused with a message naming them.
@@ -56,6 +62,24 @@ def test_deepseek2_logits_match_reference(variant, synthetic_model, tmp_path):
     print(f"{variant}: {int((~keep).sum())} of {len(TOKENS)} rows at a routing near-tie left out; {st}")
     assert keep.sum() >= len(TOKENS) * 3 // 4
     check(st, TOLERANCES["F32"], f"invar vs reference [{variant}]")
+
+
+@pytest.mark.parametrize("variant", ["deepseek2-v3-F32", "deepseek2-kvb-F32"])
+def test_deepseek2_reference_matches_llama_cpp(variant, synthetic_model):
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed "
+                                    "(pip install -r requirements-llama.txt)")
+    model = synthetic_model(variant)
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=512, n_batch=512, n_threads=2, logits_all=True,
+                          verbose=False)
+    try:
+        llm.eval(TOKENS)
+        got = np.array(llm.scores[:len(TOKENS)], dtype=np.float64)
+    finally:
+        llm.close()
+    keep = rf.routing_gaps(str(model), TOKENS) > ROUTE_GAP
+    st = compare(rf.logits(str(model), TOKENS)[keep], got[keep])
+    print(f"llama.cpp [{variant}]: {st}")
+    check(st, TOLERANCES["F32"], f"llama.cpp vs reference [{variant}]")
 
 
 # (variant, key, type, value): each changes the model far beyond the F32 tolerance
