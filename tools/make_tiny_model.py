@@ -561,6 +561,7 @@ def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: 
     if v3:  # group-limited top-k (gguf-py 0.17 has no writer method for these keys)
         w.add_uint32(f"{arch}.expert_group_count", 4)
         w.add_uint32(f"{arch}.expert_group_used_count", 2)
+        w.add_uint32(f"{arch}.nextn_predict_layers", 0)  # as converters that keep V3's MTP layers write it
     w.add_file_type(FILE_TYPE[wtype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, val, vtype, sub in tok:

@@ -207,6 +207,10 @@ static int read_moe_deepseek2(const gguf_file *f, model_config *c, char *err, si
     if (c->n_ff_exp * c->n_expert_shared > MODEL_MAX_FF)
         FAIL("%s: shared experts of %lld x %lld exceed %d", a, (long long)c->n_expert_shared, (long long)c->n_ff_exp,
              MODEL_MAX_FF);
+    /* multi-token-prediction layers (V3's MTP), where a converter keeps them: they are not part
+     * of the forward, so a file counting them among its blocks would run them as layers */
+    if (read_int(f, a, "nextn_predict_layers", 0, INT64_MAX, false, 0, &v, err, errlen)) return -1;
+    if (v) FAIL("%s.nextn_predict_layers = %lld: multi-token-prediction layers are not supported", a, (long long)v);
     if (read_int(f, a, "expert_shared_feed_forward_length", 0, INT64_MAX, false, 0, &v, err, errlen)) return -1;
     if (v && v != c->n_ff_exp * c->n_expert_shared)
         FAIL("%s.expert_shared_feed_forward_length = %lld: deepseek2's shared FFN is expert_feed_forward_length x "

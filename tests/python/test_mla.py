@@ -122,6 +122,7 @@ BAD_METADATA = [
     ("deepseek2.expert_group_used_count", GGUF_U32, 5, "expert_group_used_count = 5 is outside the supported range [1, 4]"),
     ("deepseek2.expert_weights_scale", GGUF_F32, float("nan"), "expert_weights_scale = nan is outside"),
     ("deepseek2.expert_weights_scale", GGUF_F32, 0.0, "expert_weights_scale = 0 is outside"),
+    ("deepseek2.nextn_predict_layers", GGUF_U32, 1, "nextn_predict_layers = 1: multi-token-prediction layers are not supported"),
     ("deepseek2.rope.scaling.factor", GGUF_F32, 0.5, "rope.scaling.factor = 0.5 is outside"),
     ("deepseek2.rope.scaling.original_context_length", GGUF_U32, 1 << 30, "original_context_length = 1073741824 is outside"),
     ("deepseek2.rope.scaling.yarn_log_multiplier", GGUF_F32, -1.0, "yarn_log_multiplier = -1 is outside"),
