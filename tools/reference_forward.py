@@ -332,7 +332,11 @@ def deepseek_moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | Non
     else:
         z = np.exp(logits - logits.max(axis=1, keepdims=True))
         score = z / z.sum(axis=1, keepdims=True)
-    sel = score + W[p + "exp_probs_b.bias"] if p + "exp_probs_b.bias" in W else score.copy()
+    biased = p + "exp_probs_b.bias" in W
+    sel = score + W[p + "exp_probs_b.bias"] if biased else score.copy()
+    # margins in logit units where the choice is by logit order (softmax, no bias: as
+    # qwen3moe's), else in score units
+    margin = logits.copy() if cfg.gating == 1 and not biased else sel.copy()
     T = h.shape[0]
     gaps = np.full(T, np.inf)
     if G > 1:
@@ -344,8 +348,9 @@ def deepseek_moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | Non
         keep = np.zeros((T, G), dtype=bool)
         np.put_along_axis(keep, order[:, :cfg.n_group_used], True, axis=1)
         sel = np.where(np.repeat(keep, E // G, axis=1), sel, -np.inf)
+        margin = np.where(np.repeat(keep, E // G, axis=1), margin, -np.inf)
     chosen = np.argsort(-sel, axis=1, kind="stable")[:, :k]
-    srt = np.sort(sel, axis=1)[:, ::-1]
+    srt = np.sort(margin, axis=1)[:, ::-1]
     gaps = np.minimum(gaps, srt[:, k - 1] - srt[:, k])
     if route_gaps is not None:
         route_gaps.append(gaps)

@@ -67,6 +67,7 @@ MOE_VARIANTS = {
     "deepseek2-lite-F32": dict(arch="deepseek2", wtype="F32", vocab=4096),
     "deepseek2-v3-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, gating="sigmoid", q_lora=64),
     "deepseek2-kvb-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, merged_kv_b=True, q_lora=64),
+    "deepseek2-lite-Q8_0": dict(arch="deepseek2", wtype="Q8_0", vocab=4096),
     "deepseek2-v3-Q4_1": dict(arch="deepseek2", wtype="Q4_1", vocab=4096, gating="sigmoid", q_lora=64),
 }
 
