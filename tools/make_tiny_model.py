@@ -7,7 +7,7 @@ exist to test the engine's forward pass on every architecture and weight type
 against tools/reference_forward.py without shipping large real checkpoints.
 
 Usage:
-  python tools/make_tiny_model.py --arch llama|qwen2|qwen3|qwen3moe --type Q4_1 \
+  python tools/make_tiny_model.py --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type Q4_1 \
       --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m|smollm2-1.7b] \
       [--embd-type Q8_0] [--vocab N]
 
@@ -17,6 +17,18 @@ ffn_{gate,up,down}_exps (ggml ne [n_embd, n_ff_exp, n_expert] and
 [n_ff_exp, n_embd, n_expert]), with the expert_count / expert_used_count /
 expert_feed_forward_length keys of llama.cpp's converter (tiny: 8 experts, 4
 used; --expert-weights-norm true|false also writes that key).
+
+deepseek2 (DeepSeek-V2/V2-Lite/V3: multi-head latent attention and routed
+experts with shared ones) in llama.cpp's current layout: attn_q (q_lora 0, as
+V2-Lite) or attn_q_a / attn_q_a_norm / attn_q_b (--q-lora N, as V3),
+attn_kv_a_mqa [kv_lora + rope, n_embd], attn_kv_a_norm, attn_k_b
+[n_head, kv_lora, qk_nope] and attn_v_b [n_head, v_dim, kv_lora] with the
+key_length_mla / value_length_mla keys (--merged-kv-b: the older single
+attn_kv_b [n_head (qk_nope + v_dim), kv_lora] with per-head key/value lengths),
+one leading dense layer, then routed layers with exp_probs_b, ffn_*_exps and
+ffn_*_shexp; YaRN rope scaling.  --gating softmax (V2-Lite: no groups, no
+bias, no normalisation, 2 shared experts) or sigmoid (V3: 4 groups of 2 used,
+the score-correction bias, normalised weights times 2.5, 1 shared expert).
 
 --vocab N keeps only the first N tokens of the copied vocabulary (and the
 merges among them): a model whose logits and sampling cost almost nothing, for
@@ -59,7 +71,7 @@ DEFAULT_TOKENIZER_MODEL = os.environ.get(
     "INVAR_MODEL",
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
-ARCHES = ("llama", "qwen2", "qwen3", "qwen3moe")
+ARCHES = ("llama", "qwen2", "qwen3", "qwen3moe", "deepseek2")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K",
          "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4")
 MIXES = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "EVERY")
@@ -130,9 +142,28 @@ class Shape:
     n_expert: int = 0  # qwen3moe: experts per layer, used per token, expert FFN width
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    # deepseek2: MLA ranks and per-head dims (head_dim is then unused), routing
+    q_lora: int = 0
+    kv_lora: int = 0
+    n_rot: int = 0
+    qk_nope: int = 0
+    v_dim: int = 0
+    n_layer_dense: int = 0
+
+
+# deepseek2's tiny shape: widths multiples of 32 (every k a Q8_0/Q4_1 row holds; n_embd 256: eight
+# blocks per row, so a negative control's K split can regroup them), a latent
+# head of 64 + 16, per-head q/k of 32 + 16 and values of 32; 8 experts of 64.
+DEEPSEEK2_TINY = dict(n_embd=256, n_layer=3, n_head=4, n_head_kv=4, n_ff=512, n_ctx=1024, head_dim=48,
+                      rope_base=10000.0, rms_eps=1e-6, n_expert=8, n_ff_exp=64, kv_lora=64, n_rot=16,
+                      qk_nope=32, v_dim=32, n_layer_dense=1)
 
 
 def tiny_shape(arch: str, wtype: str) -> Shape:
+    if arch == "deepseek2":
+        if wtype in K_TYPES:
+            raise ValueError("deepseek2's tiny shape has 32-wide rows: use F32, F16, Q8_0, Q4_0, Q4_1, ...")
+        return Shape(**DEEPSEEK2_TINY)
     wide = wtype in K_TYPES  # K-quant rows must be multiples of 256
     n_embd = 256 if wide else 128
     n_ff = 512 if wide else 256
@@ -349,7 +380,8 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
                separate_output: bool = False, shape: str = "tiny",
                embd_type: str | None = None,
                tokenizer_src: str = DEFAULT_TOKENIZER_MODEL, quiet: bool = True,
-               vocab: int | None = None, expert_weights_norm: bool | None = None) -> str:
+               vocab: int | None = None, expert_weights_norm: bool | None = None,
+               gating: str = "softmax", q_lora: int = 0, merged_kv_b: bool = False) -> str:
     if arch not in ARCHES:
         raise ValueError(f"unknown arch {arch!r}")
     if wtype not in TYPES + MIXES:
@@ -366,6 +398,12 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
             s = replace(s, n_expert=8, n_expert_used=4, n_ff_exp=s.n_ff // 2)
     else:
         raise ValueError(f"unknown shape {shape!r}")
+    if arch == "deepseek2":
+        if shape != "tiny":
+            raise ValueError("deepseek2: only the tiny shape")
+        s = replace(s, q_lora=q_lora, n_expert_used=4 if gating == "softmax" else 3)  # >= 3: order matters
+        return _make_deepseek2(out, s, wtype, seed, separate_output, embd_type, tokenizer_src, quiet, vocab,
+                               gating, merged_kv_b)
 
     tok = tokenizer_fields(tokenizer_src)
     if vocab is not None:
@@ -469,6 +507,128 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     return out
 
 
+def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: bool, embd_type: str,
+                    tokenizer_src: str, quiet: bool, vocab: int | None, gating: str, merged_kv_b: bool) -> str:
+    """deepseek2 in llama.cpp's layout (the module docstring); gating softmax or sigmoid."""
+    if gating not in ("softmax", "sigmoid"):
+        raise ValueError(f"unknown gating {gating!r}")
+    v3 = gating == "sigmoid"
+    n_shared = 1 if v3 else 2
+    tok = tokenizer_fields(tokenizer_src)
+    if vocab is not None:
+        tok = truncate_vocab(tok, vocab)
+    n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
+    rng = np.random.default_rng(seed)
+    arch = "deepseek2"
+    w = gguf.GGUFWriter(out, arch)
+    H, R, rope, nope, vd, d = s.n_head, s.kv_lora, s.n_rot, s.qk_nope, s.v_dim, s.n_embd
+    w.add_name(f"invar-synthetic-{arch}-{gating}-q{s.q_lora}-{wtype}-seed{seed}")
+    w.add_type("model")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(d)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(H)
+    w.add_rope_freq_base(s.rope_base)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_vocab_size(n_vocab)
+    w.add_leading_dense_block_count(s.n_layer_dense)
+    if s.q_lora:
+        w.add_q_lora_rank(s.q_lora)
+    w.add_kv_lora_rank(R)
+    if merged_kv_b:  # older files: the per-head sizes, one KV head per query head
+        w.add_head_count_kv(H)
+        w.add_key_length(nope + rope)
+        w.add_value_length(vd)
+    else:  # llama.cpp's current converter: the latent cache's view, per-head sizes apart
+        w.add_head_count_kv(1)
+        w.add_key_length(R + rope)
+        w.add_value_length(R)
+        w.add_key_length_mla(nope + rope)
+        w.add_value_length_mla(vd)
+    w.add_rope_dimension_count(rope)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(256)
+    w.add_rope_scaling_yarn_log_mul(0.1 * 0.707)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_expert_shared_count(n_shared)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    w.add_expert_weights_scale(2.5 if v3 else 1.0)
+    w.add_expert_weights_norm(v3)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if v3 else gguf.ExpertGatingFuncType.SOFTMAX)
+    if v3:  # group-limited top-k (gguf-py 0.17 has no writer method for these keys)
+        w.add_uint32(f"{arch}.expert_group_count", 4)
+        w.add_uint32(f"{arch}.expert_group_used_count", 2)
+        w.add_uint32(f"{arch}.nextn_predict_layers", 0)  # as converters that keep V3's MTP layers write it
+    w.add_file_type(FILE_TYPE[wtype])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for key, val, vtype, sub in tok:
+        w.add_key_value(key, val, vtype, sub_type=sub)
+
+    def add(name: str, rows: int, cols: int, std: float, t: str = wtype) -> None:
+        arr, raw, _ = encode(rng, rows, cols, std, t)
+        w.add_tensor(name, arr, raw_dtype=raw)
+
+    def add_stack(name: str, n: int, rows: int, cols: int, std: float) -> None:
+        arr, raw, _ = encode(rng, n * rows, cols, std, wtype)
+        w.add_tensor(name, arr.reshape(n, rows, -1), raw_dtype=raw)
+
+    def add_f32(name: str, arr: np.ndarray) -> None:
+        w.add_tensor(name, np.asarray(arr, dtype=np.float32))
+
+    def norm_weight(n: int) -> np.ndarray:
+        return 1.0 + 0.1 * rng.standard_normal(n)
+
+    qk = nope + rope
+    add("token_embd.weight", n_vocab, d, 0.05, embd_type)
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        add_f32(p + "attn_norm.weight", norm_weight(d))
+        if s.q_lora:
+            add(p + "attn_q_a.weight", s.q_lora, d, 1.0 / np.sqrt(d))
+            add_f32(p + "attn_q_a_norm.weight", norm_weight(s.q_lora))
+            add(p + "attn_q_b.weight", H * qk, s.q_lora, 1.0 / np.sqrt(s.q_lora))
+        else:
+            add(p + "attn_q.weight", H * qk, d, 1.0 / np.sqrt(d))
+        add(p + "attn_kv_a_mqa.weight", R + rope, d, 1.0 / np.sqrt(d))
+        add_f32(p + "attn_kv_a_norm.weight", norm_weight(R))
+        if merged_kv_b:
+            add(p + "attn_kv_b.weight", H * (nope + vd), R, 1.0 / np.sqrt(R))
+        else:
+            add_stack(p + "attn_k_b.weight", H, R, nope, 1.0 / np.sqrt(R))
+            add_stack(p + "attn_v_b.weight", H, vd, R, 1.0 / np.sqrt(R))
+        add(p + "attn_output.weight", d, H * vd, 0.5 / np.sqrt(H * vd))
+        add_f32(p + "ffn_norm.weight", norm_weight(d))
+        if i < s.n_layer_dense:
+            add(p + "ffn_gate.weight", s.n_ff, d, 1.0 / np.sqrt(d))
+            add(p + "ffn_up.weight", s.n_ff, d, 1.0 / np.sqrt(d))
+            add(p + "ffn_down.weight", d, s.n_ff, 0.5 / np.sqrt(s.n_ff))
+            continue
+        # router logits of std ~2 (softmax) / ~1 (sigmoid): tokens spread over the experts
+        add_f32(p + "ffn_gate_inp.weight", (1.0 if v3 else 2.0) / np.sqrt(d) * rng.standard_normal((s.n_expert, d)))
+        if v3:
+            add_f32(p + "exp_probs_b.bias", 0.1 * rng.standard_normal(s.n_expert))
+        add_stack(p + "ffn_gate_exps.weight", s.n_expert, s.n_ff_exp, d, 1.0 / np.sqrt(d))
+        add_stack(p + "ffn_up_exps.weight", s.n_expert, s.n_ff_exp, d, 1.0 / np.sqrt(d))
+        add_stack(p + "ffn_down_exps.weight", s.n_expert, d, s.n_ff_exp, 0.5 / np.sqrt(s.n_ff_exp))
+        fs = s.n_ff_exp * n_shared
+        add(p + "ffn_gate_shexp.weight", fs, d, 1.0 / np.sqrt(d))
+        add(p + "ffn_up_shexp.weight", fs, d, 1.0 / np.sqrt(d))
+        add(p + "ffn_down_shexp.weight", d, fs, 0.5 / np.sqrt(fs))
+    add_f32("output_norm.weight", norm_weight(d))
+    if separate_output:
+        add("output.weight", n_vocab, d, 0.05, embd_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if not quiet:
+        print(f"wrote {out}: arch={arch} gating={gating} q_lora={s.q_lora} type={wtype}", file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", choices=ARCHES, default="llama")
@@ -488,11 +648,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--expert-weights-norm", choices=("true", "false"), default=None,
                     help="qwen3moe: write expert_weights_norm (absent: the key is not written; invar and "
                          "llama.cpp then normalise)")
+    ap.add_argument("--gating", choices=("softmax", "sigmoid"), default="softmax",
+                    help="deepseek2: V2-Lite-like softmax routing or V3-like sigmoid with groups and bias")
+    ap.add_argument("--q-lora", type=int, default=0, help="deepseek2: the query's bottleneck rank (0: none)")
+    ap.add_argument("--merged-kv-b", action="store_true", help="deepseek2: the older single attn_kv_b layout")
     a = ap.parse_args(argv)
     norm = None if a.expert_weights_norm is None else a.expert_weights_norm == "true"
     make_model(a.out, a.arch, a.wtype, a.seed, a.separate_output, a.shape,
                a.embd_type, a.tokenizer_from,
-               quiet=False, vocab=a.vocab, expert_weights_norm=norm)
+               quiet=False, vocab=a.vocab, expert_weights_norm=norm, gating=a.gating, q_lora=a.q_lora,
+               merged_kv_b=a.merged_kv_b)
     return 0
 
 

@@ -24,6 +24,22 @@ Semantics (as llama.cpp runs GGUF files of these architectures):
     p / sum(chosen p) (expert_weights_norm, default true; false: p as is), and
     the FFN output sum_e w_e * down_e(silu(gate_e(x)) * up_e(x)) over the chosen
     experts, each expert's matrices a slice of the 3-D ffn_*_exps tensors.
+  * deepseek2 (DeepSeek-V2 / V2-Lite / V3), in the plain textbook formulation of
+    multi-head latent attention (nothing absorbed, every key and value
+    decompressed): q = W_q x, or W_qb rmsnorm(W_qa x) (q_lora_rank > 0); per head
+    q = [q_nope, q_pe]; [c, k_pe] = W_kva x, c = rmsnorm(c); per head k_nope = W_UK c,
+    v = W_UV c (W_UK = attn_k_b transposed, W_UV = attn_v_b, or the two halves of each
+    head's rows of attn_kv_b); q_pe and the one shared k_pe rotated by "normal" rope
+    over rope.dimension_count dims, with YaRN as DeepSeek's code computes it (the
+    interpolated / extrapolated frequency blend over the correction range of the
+    original context, beta_fast 32, beta_slow 1; cos/sin unscaled as mscale ==
+    mscale_all_dim; softmax scale mscale^2 / sqrt(qk_nope + rope) with mscale =
+    1 + yarn_log_multiplier ln(factor)); attention over k = [k_nope, k_pe].
+    The first leading_dense_block_count layers have a dense FFN, the others route:
+    scores s = softmax or sigmoid of the router logits, the choice by s + exp_probs_b
+    among the expert_group_used_count groups whose two best biased scores sum highest,
+    the weights the unbiased s of the chosen (normalised if expert_weights_norm) times
+    expert_weights_scale, plus the shared experts' FFN (ffn_*_shexp).
   * Output matrix is output.weight, or token_embd.weight when absent (tied).
 
 CLI:  python tools/reference_forward.py MODEL.gguf --tokens 1,2,3 [--out F]
@@ -59,6 +75,18 @@ class Config:
     n_expert: int = 0
     n_expert_used: int = 0
     expert_weights_norm: bool = True
+    # deepseek2
+    kv_lora: int = 0
+    qk_nope: int = 0
+    v_dim: int = 0
+    n_layer_dense: int = 0
+    gating: int = 1
+    n_group: int = 1
+    n_group_used: int = 1
+    expert_weights_scale: float = 1.0
+    yarn_factor: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_log_mul: float = 0.0
 
 
 @dataclass
@@ -94,7 +122,7 @@ def load_model(path: str, dtype=np.float64) -> Model:
         return _cache[key]
     r = gguf.GGUFReader(path)
     arch = _field(r, "general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3", "qwen3moe"):
+    if arch not in ("llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"):
         raise ValueError(f"unsupported architecture {arch!r}")
     n_embd = int(_field(r, f"{arch}.embedding_length"))
     n_head = int(_field(r, f"{arch}.attention.head_count"))
@@ -115,8 +143,28 @@ def load_model(path: str, dtype=np.float64) -> Model:
         neox=arch in ("qwen2", "qwen3", "qwen3moe"),
         n_expert=int(_field(r, f"{arch}.expert_count", 0)),
         n_expert_used=int(_field(r, f"{arch}.expert_used_count", 0)),
-        expert_weights_norm=bool(_field(r, f"{arch}.expert_weights_norm", True)),
+        expert_weights_norm=bool(_field(r, f"{arch}.expert_weights_norm", arch != "deepseek2")),
     )
+    if arch == "deepseek2":
+        a = arch
+        rope_dims = int(_field(r, f"{a}.rope.dimension_count"))
+        if _field(r, f"{a}.attention.key_length_mla") is not None:
+            k_len, v_len = int(_field(r, f"{a}.attention.key_length_mla")), int(_field(r, f"{a}.attention.value_length_mla"))
+        else:
+            k_len, v_len = head_dim, int(_field(r, f"{a}.attention.value_length"))
+        scaling = _field(r, f"{a}.rope.scaling.type")
+        cfg.n_rot, cfg.neox = rope_dims, False
+        cfg.kv_lora = int(_field(r, f"{a}.attention.kv_lora_rank"))
+        cfg.qk_nope, cfg.v_dim = k_len - rope_dims, v_len
+        cfg.n_layer_dense = int(_field(r, f"{a}.leading_dense_block_count", 0))
+        cfg.gating = int(_field(r, f"{a}.expert_gating_func", 1))
+        cfg.n_group = int(_field(r, f"{a}.expert_group_count", 1))
+        cfg.n_group_used = int(_field(r, f"{a}.expert_group_used_count", cfg.n_group))
+        cfg.expert_weights_scale = float(_field(r, f"{a}.expert_weights_scale", 1.0))
+        if scaling == "yarn":
+            cfg.yarn_factor = float(_field(r, f"{a}.rope.scaling.factor"))
+            cfg.yarn_orig_ctx = int(_field(r, f"{a}.rope.scaling.original_context_length"))
+            cfg.yarn_log_mul = float(_field(r, f"{a}.rope.scaling.yarn_log_multiplier", 0.0))
     m = Model(cfg=cfg, tensors=tensors, types=types, dtype=dtype)
     _cache.clear()  # hold at most one model: the real one is ~1 GB in float64
     _cache[key] = m
@@ -128,11 +176,30 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(ms + eps) * w
 
 
+def yarn_inv_freq(cfg: Config) -> np.ndarray:
+    """DeepSeek's YaRN frequencies (modeling_deepseek's DeepseekV2YarnRotaryEmbedding)."""
+    dim, base, factor, orig = cfg.n_rot, cfg.rope_base, cfg.yarn_factor, cfg.yarn_orig_ctx
+    freq_extra = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    freq_inter = freq_extra / factor
+
+    def correction_dim(n_rot: float) -> float:
+        return (dim * np.log(orig / (n_rot * 2 * np.pi))) / (2 * np.log(base))
+    low = max(np.floor(correction_dim(32)), 0)
+    high = min(np.ceil(correction_dim(1)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extra_mask = 1.0 - ramp
+    return freq_inter * (1 - extra_mask) + freq_extra * extra_mask
+
+
 def rope(x: np.ndarray, pos: np.ndarray, cfg: Config) -> np.ndarray:
     """x: [T, heads, head_dim]; rotate the first n_rot dims of each head."""
     n_rot = cfg.n_rot
     half = n_rot // 2
     inv_freq = cfg.rope_base ** (-np.arange(half, dtype=np.float64) * 2.0 / n_rot)
+    if cfg.yarn_factor:
+        inv_freq = yarn_inv_freq(cfg)
     ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]  # [T, half]
     cos = np.cos(ang).astype(x.dtype)[:, None, :]
     sin = np.sin(ang).astype(x.dtype)[:, None, :]
@@ -222,6 +289,87 @@ def moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | None = None)
     return out
 
 
+def mla_attention(h: np.ndarray, m: Model, p: str, mm, pos: np.ndarray) -> np.ndarray:
+    """deepseek2's attention of layer prefix p on rows h [T, n_embd], plain (non-absorbed)."""
+    cfg, W = m.cfg, m.tensors
+    T, H, R, rope_d, nope, vd = h.shape[0], cfg.n_head, cfg.kv_lora, cfg.n_rot, cfg.qk_nope, cfg.v_dim
+    if p + "attn_q_a.weight" in W:
+        qa = rms_norm(mm(h, p + "attn_q_a.weight"), W[p + "attn_q_a_norm.weight"], cfg.rms_eps)
+        q = mm(qa, p + "attn_q_b.weight")
+    else:
+        q = mm(h, p + "attn_q.weight")
+    q = q.reshape(T, H, nope + rope_d)
+    kva = mm(h, p + "attn_kv_a_mqa.weight")
+    c = rms_norm(kva[:, :R], W[p + "attn_kv_a_norm.weight"], cfg.rms_eps)
+    k_pe = rope(kva[:, None, R:], pos, cfg)  # [T, 1, rope]
+    if p + "attn_kv_b.weight" in W:
+        kv_b = W[p + "attn_kv_b.weight"].reshape(H, nope + vd, R)
+        w_uk, w_uv = kv_b[:, :nope], kv_b[:, nope:]
+    else:
+        w_uk = np.transpose(W[p + "attn_k_b.weight"], (0, 2, 1))  # [H, kv_lora, nope] -> [H, nope, kv_lora]
+        w_uv = W[p + "attn_v_b.weight"]  # [H, v_dim, kv_lora]
+    k_nope = np.einsum("tr,hnr->thn", c, w_uk)
+    v = np.einsum("tr,hvr->thv", c, w_uv)
+    k = np.concatenate([k_nope, np.broadcast_to(k_pe, (T, H, rope_d))], axis=-1)
+    q = np.concatenate([q[..., :nope], rope(q[..., nope:], pos, cfg)], axis=-1)
+    mscale = 1.0 + cfg.yarn_log_mul * np.log(cfg.yarn_factor) if cfg.yarn_factor > 1 else 1.0
+    scores = np.einsum("thd,shd->hts", q, k) * (mscale * mscale / np.sqrt(nope + rope_d))
+    scores = np.where(np.triu(np.ones((T, T), dtype=bool), k=1)[None], -np.inf, scores)
+    pr = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    pr = pr / pr.sum(axis=-1, keepdims=True)
+    return mm(np.einsum("hts,shv->thv", pr, v).reshape(T, H * vd), p + "attn_output.weight")
+
+
+def deepseek_moe_ffn(h: np.ndarray, m: Model, p: str, mm, route_gaps: list | None = None) -> np.ndarray:
+    """deepseek2's routed FFN plus its shared experts (the module docstring). route_gaps gets
+    each row's smallest margin of a routing decision (groups and experts, in selection-score
+    units): where it is tiny, an engine's rounding may choose otherwise."""
+    cfg, W = m.cfg, m.tensors
+    E, k, G = cfg.n_expert, cfg.n_expert_used, cfg.n_group
+    logits = mm(h, p + "ffn_gate_inp.weight")
+    if cfg.gating == 2:
+        score = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        score = z / z.sum(axis=1, keepdims=True)
+    biased = p + "exp_probs_b.bias" in W
+    sel = score + W[p + "exp_probs_b.bias"] if biased else score.copy()
+    # margins in logit units where the choice is by logit order (softmax, no bias: as
+    # qwen3moe's), else in score units
+    margin = logits.copy() if cfg.gating == 1 and not biased else sel.copy()
+    T = h.shape[0]
+    gaps = np.full(T, np.inf)
+    if G > 1:
+        grouped = sel.reshape(T, G, E // G)
+        gscore = np.sort(grouped, axis=2)[:, :, -2:].sum(axis=2)  # [T, G]
+        order = np.argsort(-gscore, axis=1, kind="stable")
+        gs = np.take_along_axis(gscore, order, axis=1)
+        gaps = np.minimum(gaps, gs[:, cfg.n_group_used - 1] - gs[:, cfg.n_group_used])
+        keep = np.zeros((T, G), dtype=bool)
+        np.put_along_axis(keep, order[:, :cfg.n_group_used], True, axis=1)
+        sel = np.where(np.repeat(keep, E // G, axis=1), sel, -np.inf)
+        margin = np.where(np.repeat(keep, E // G, axis=1), margin, -np.inf)
+    chosen = np.argsort(-sel, axis=1, kind="stable")[:, :k]
+    srt = np.sort(margin, axis=1)[:, ::-1]
+    gaps = np.minimum(gaps, srt[:, k - 1] - srt[:, k])
+    if route_gaps is not None:
+        route_gaps.append(gaps)
+    out = np.zeros_like(h)
+    for t in range(T):
+        w = score[t, chosen[t]]
+        if cfg.expert_weights_norm:
+            w = w / w.sum()
+        w = w * cfg.expert_weights_scale
+        for e, we in zip(chosen[t], w):
+            g = h[t] @ W[p + "ffn_gate_exps.weight"][e].T
+            u = h[t] @ W[p + "ffn_up_exps.weight"][e].T
+            out[t] += we * ((silu(g) * u) @ W[p + "ffn_down_exps.weight"][e].T)
+    if p + "ffn_gate_shexp.weight" in W:
+        g, u = mm(h, p + "ffn_gate_shexp.weight"), mm(h, p + "ffn_up_shexp.weight")
+        out = out + mm(silu(g) * u, p + "ffn_down_shexp.weight")
+    return out
+
+
 def forward(m: Model, token_ids, emulate_engine: bool = False, route_gaps: list | None = None) -> np.ndarray:
     """Logits [T, n_vocab].
 
@@ -253,6 +401,14 @@ def forward(m: Model, token_ids, emulate_engine: bool = False, route_gaps: list 
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
         h = rms_norm(x, W[p + "attn_norm.weight"], cfg.rms_eps)
+        if cfg.arch == "deepseek2":
+            x = x + mla_attention(h, m, p, mm, pos)
+            h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.rms_eps)
+            if i >= cfg.n_layer_dense:
+                x = x + deepseek_moe_ffn(h, m, p, mm, route_gaps)
+            else:
+                x = x + mm(silu(mm(h, p + "ffn_gate.weight")) * mm(h, p + "ffn_up.weight"), p + "ffn_down.weight")
+            continue
         q = mm(h, p + "attn_q.weight")
         k = mm(h, p + "attn_k.weight")
         v = mm(h, p + "attn_v.weight")

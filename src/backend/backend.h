@@ -105,6 +105,9 @@ int backend_cpu_set_moe_combine(backend *b, moe_combine_mode mode);
 /* Tests only: which per-expert token counts the CPU backend's forwards have seen
  * (moe_counts_seen, model/moe.h); NULL for another backend or a dense model. */
 const uint64_t *backend_cpu_moe_counts_seen(backend *b);
+/* NEGATIVE CONTROL, tests only: MLA prefill rows in the plain formulation
+ * (fwd_state_set_mla_prefill_plain); -1 for a model without MLA or another backend. */
+int backend_cpu_set_mla_prefill_plain(backend *b, bool on);
 /* Tests and benchmarks: the CUDA backend's GEMM (its decode graphs are captured again).
  * SPLIT_BY_M is a negative control (the invariant kernel with a K chunk that depends on M's
  * parity). -1 for another backend. */

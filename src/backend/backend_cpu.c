@@ -175,6 +175,10 @@ const uint64_t *backend_cpu_moe_counts_seen(backend *b) {
     return b->ops == &cpu_ops ? fwd_state_moe_counts_seen(cpu(b)->fwd) : NULL;
 }
 
+int backend_cpu_set_mla_prefill_plain(backend *b, bool on) {
+    return b->ops == &cpu_ops ? fwd_state_set_mla_prefill_plain(cpu(b)->fwd, on) : -1;
+}
+
 int backend_cpu_set_draw_by_row(backend *b, bool on) {
     if (b->ops != &cpu_ops) return -1;
     cpu(b)->draw_by_row = on;

@@ -479,6 +479,12 @@ static const backend_ops cuda_ops = {
 /* Shapes the kernels take: GEMM dimensions multiples of 8, the embedding gather's rows of a
  * multiple of 32, head_dim 64 or 128. */
 static int check_shapes(const model_config *c, char *err, size_t errlen) {
+    if (c->mla.kv_lora)
+        return snprintf(err, errlen,
+                        "cuda: %s (multi-head latent attention, mixture of experts) runs on the CPU only "
+                        "for now",
+                        c->arch_name),
+               -1;
     if (c->n_expert)
         return snprintf(err, errlen, "cuda: %s (mixture of experts) runs on the CPU only for now", c->arch_name), -1;
     const int64_t qd = c->n_head * c->head_dim, kvd = c->n_head_kv * c->head_dim;

@@ -36,4 +36,10 @@ int invar_score_testing(const invar_model *m, const int32_t *prompt, int64_t n_p
                         int64_t n_cont, int32_t n_threads, float *logprobs, matmul_fn mm, char *err,
                         size_t errlen);
 
+/* NEGATIVE CONTROL: invar_score whose MLA prefill rows attend in the plain, non-absorbed
+ * formulation (model/mla.h); -1 for a model without MLA. */
+int invar_score_testing_mla_prefill_plain(const invar_model *m, const int32_t *prompt, int64_t n_prompt,
+                                          const int32_t *cont, int64_t n_cont, int32_t n_threads, float *logprobs,
+                                          char *err, size_t errlen);
+
 #endif

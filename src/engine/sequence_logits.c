@@ -167,6 +167,18 @@ int invar_score_testing(const invar_model *im, const int32_t *prompt, int64_t n_
     return rc;
 }
 
+int invar_score_testing_mla_prefill_plain(const invar_model *im, const int32_t *prompt, int64_t n_prompt,
+                                          const int32_t *cont, int64_t n_cont, int32_t n_threads, float *logprobs,
+                                          char *err, size_t errlen) {
+    backend *be;
+    if (temp_cpu_backend(im, ENGINE_SCORE_CHUNK, n_threads, &be, err, errlen)) return -1;
+    int rc = backend_cpu_set_mla_prefill_plain(be, true);
+    if (rc) snprintf(err, errlen, "the model has no MLA layers");
+    else rc = sequence_score(be, prompt, n_prompt, cont, n_cont, logprobs, err, errlen);
+    backend_destroy(be);
+    return rc;
+}
+
 int invar_score(const invar_model *im, const int32_t *prompt, int64_t n_prompt, const int32_t *cont,
                 int64_t n_cont, int32_t n_threads, float *logprobs, char *err, size_t errlen) {
     return invar_score_testing(im, prompt, n_prompt, cont, n_cont, n_threads, logprobs, NULL, err, errlen);

@@ -23,8 +23,14 @@
  * per token (the router's top-k). */
 #define MODEL_MAX_EXPERTS 1024
 #define MODEL_MAX_EXPERTS_USED 64
+/* MLA (deepseek2): the latent key of the cache is kv_lora_rank + rope dims floats, which the
+ * CPU attention kernel takes up to ATTN_MAX_HEAD_DIM (576 = DeepSeek-V2/V3's 512 + 64). */
+#define MODEL_MAX_LATENT_DIM 576
+#define MODEL_MAX_SHARED_EXPERTS 64
 
-typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE } model_arch;
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_DEEPSEEK2 } model_arch;
+/* expert_gating_func as llama.cpp numbers it */
+typedef enum { GATING_SOFTMAX = 1, GATING_SIGMOID = 2 } expert_gating;
 
 typedef struct {
     model_arch arch;
@@ -39,6 +45,35 @@ typedef struct {
      * sum to 1. A MoE model has n_ff 0 (no dense FFN). */
     int64_t n_expert, n_expert_used, n_ff_exp;
     bool expert_weights_norm;
+    /* deepseek2's routing (qwen3moe: softmax, 1 group, no shared expert, scale 1): the
+     * gating function, the experts in n_group groups of which each token may use the
+     * n_group_used best (a group scores the sum of its two best biased scores), the scale on
+     * the chosen weights (routed_scaling_factor), n_expert_shared shared experts (one FFN of
+     * n_ff_exp * n_expert_shared) and the first n_layer_dense layers dense (n_ff). */
+    expert_gating gating;
+    int64_t n_group, n_group_used, n_expert_shared, n_layer_dense;
+    float expert_weights_scale;
+    /* Multi-head latent attention (deepseek2; kv_lora 0 for other arches). Per head a query
+     * of qk_nope + n_rot dims (q_lora 0: straight from x; else through a rank-q_lora
+     * bottleneck with its norm), a key compressed to c_kv[kv_lora] (normed) plus one shared
+     * rope'd k_pe[n_rot], a value of v_dim. The cache holds, per position, one latent head:
+     * K = [c_kv, k_pe] (head_dim = kv_lora + n_rot) and V = c_kv (head_dim_v = kv_lora).
+     * split_kv_b: the file has attn_k_b / attn_v_b (llama.cpp's current converter) rather
+     * than the merged attn_kv_b. attn_scale: the softmax scale, YaRN's mscale^2 included. */
+    struct {
+        int64_t q_lora, kv_lora, qk_nope, v_dim;
+        bool split_kv_b;
+    } mla;
+    int64_t head_dim_v; /* value floats per KV head in the cache (head_dim but for MLA) */
+    float attn_scale;   /* 1/sqrt(head_dim) but for MLA */
+    /* YaRN rope scaling (deepseek2; factor 0: none): as llama.cpp runs it, frequencies
+     * interpolated by 1/factor below the correction range of original_ctx (beta_fast 32,
+     * beta_slow 1), cos/sin unscaled, the attention scale times mscale^2 with mscale =
+     * 1 + log_mul * ln(factor) (log_mul = 0.1 * DeepSeek's mscale_all_dim). */
+    struct {
+        float factor, log_mul;
+        int64_t original_ctx;
+    } yarn;
     /* Llama-3.1 rope scaling (config.json rope_type "llama3"; factor 0: none). A GGUF carries
      * the per-frequency factors it implies as the rope_freqs.weight tensor instead. */
     struct {

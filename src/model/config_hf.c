@@ -129,6 +129,8 @@ static int read_dims(const cJSON *cfg, model_config *c, char *err, size_t errlen
     if (c->head_dim < 2 || c->head_dim % 2)
         FAIL("unsupported head dim %lld (even, 2 to %d)", (long long)c->head_dim, MODEL_MAX_HEAD_DIM);
     c->n_rot = c->head_dim;
+    c->head_dim_v = c->head_dim;
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     return 0;
 }
 

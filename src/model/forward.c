@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rowops.h"
+#include "model/mla.h"
 #include "model/moe.h"
 
 struct fwd_state {
@@ -17,6 +18,8 @@ struct fwd_state {
     matmul_fn matmul;
     attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */
     moe_state *moe;             /* routed layers' buffers, or NULL for a dense model */
+    mla_state *mla;             /* MLA's buffers (deepseek2), or NULL */
+    float *shared;              /* [T][n_embd] the shared experts' output (deepseek2) */
 };
 
 void fwd_state_set_matmul(fwd_state *s, matmul_fn fn) { s->matmul = fn ? fn : cpu_matmul; }
@@ -27,9 +30,14 @@ int fwd_state_set_moe_combine(fwd_state *s, moe_combine_mode mode) {
     return 0;
 }
 const uint64_t *fwd_state_moe_counts_seen(const fwd_state *s) { return s->moe ? moe_counts_seen(s->moe) : NULL; }
+int fwd_state_set_mla_prefill_plain(fwd_state *s, bool on) {
+    if (!s->mla) return -1;
+    mla_state_set_prefill_plain(s->mla, on);
+    return 0;
+}
 
 size_t kv_bytes_per_block(const model_config *c) {
-    return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(float);
+    return (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * (c->head_dim + c->head_dim_v)) * sizeof(float);
 }
 
 /* Zeroed, 64-byte aligned (kernel vectors never straddle cache lines), and still lazily
@@ -44,9 +52,10 @@ int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks) {
     s->n_blocks = n_blocks;
     s->n_layer = c->n_layer;
     s->kv_dim = c->n_head_kv * c->head_dim;
-    size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK * (size_t)s->kv_dim;
-    s->k = calloc_aligned64(n, &s->k_raw);
-    s->v = calloc_aligned64(n, &s->v_raw);
+    s->kv_dim_v = c->n_head_kv * c->head_dim_v;
+    size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK;
+    s->k = calloc_aligned64(n * (size_t)s->kv_dim, &s->k_raw);
+    s->v = calloc_aligned64(n * (size_t)s->kv_dim_v, &s->v_raw);
     if (!s->k || !s->v) {
         kv_storage_free(s);
         return -1;
@@ -74,16 +83,21 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     s->max_tokens = max_tokens;
     s->max_logits = max_logits;
     s->matmul = cpu_matmul;
+    const bool mla = c->mla.kv_lora > 0; /* its q/k/v live in mla_state */
     size_t T = (size_t)max_tokens, qd = (size_t)(c->n_head * c->head_dim), kvd = (size_t)(c->n_head_kv * c->head_dim);
+    size_t od = mla ? (size_t)(c->n_head * c->mla.v_dim) : qd;
+    size_t ff = max_sz((size_t)c->n_ff, (size_t)(c->n_ff_exp * c->n_expert_shared)); /* dense or shared FFN */
     s->x = falloc(T * (size_t)c->n_embd);
-    s->xn = falloc(T * max_sz((size_t)c->n_embd, qd));
-    s->q = falloc(T * qd);
-    s->k = falloc(T * kvd);
-    s->v = falloc(T * kvd);
-    s->attn = falloc(T * qd);
-    s->gate = falloc(T * max_sz((size_t)c->n_ff, 1)); /* a MoE model has no dense FFN (n_ff 0) */
-    s->up = falloc(T * max_sz((size_t)c->n_ff, 1));
-    if (c->n_expert && !(s->moe = moe_state_create(c, max_tokens))) {
+    s->xn = falloc(T * max_sz((size_t)c->n_embd, od));
+    s->q = falloc(mla ? 1 : T * qd);
+    s->k = falloc(mla ? 1 : T * kvd);
+    s->v = falloc(mla ? 1 : T * kvd);
+    s->attn = falloc(T * od);
+    s->gate = falloc(T * max_sz(ff, 1)); /* a MoE model may have no dense FFN (n_ff 0) */
+    s->up = falloc(T * max_sz(ff, 1));
+    s->shared = falloc(c->n_expert_shared ? T * (size_t)c->n_embd : 1);
+    if ((c->n_expert && !(s->moe = moe_state_create(c, max_tokens))) ||
+        (mla && !(s->mla = mla_state_create(c, max_tokens)))) {
         fwd_state_free(s);
         return NULL;
     }
@@ -93,17 +107,22 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
     size_t sc = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        const cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
-        for (size_t i = 0; i < 8; i++)
+        const cpu_weight *ws[] = {&L->wq,     &L->wk,      &L->wv,    &L->wo,      &L->gate, &L->up,   &L->down,
+                                  &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
             if (ws[i]->data) sc = max_sz(sc, cpu_matmul_scratch_bytes(ws[i], max_tokens));
         for (int64_t e = 0; L->exp_gate && e < c->n_expert; e++) { /* an expert gets at most every token */
             const cpu_weight *xs[] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
             for (size_t i = 0; i < 3; i++) sc = max_sz(sc, cpu_matmul_scratch_bytes(xs[i], max_tokens));
         }
+        for (int64_t h = 0; L->k_b && h < c->n_head; h++) {
+            sc = max_sz(sc, cpu_matmul_scratch_bytes(&L->k_b[h], max_tokens));
+            sc = max_sz(sc, cpu_matmul_scratch_bytes(&L->v_b[h], max_tokens));
+        }
     }
     sc = max_sz(sc, cpu_matmul_scratch_bytes(&m->output, max_logits));
     s->scratch = malloc(sc ? sc : 1);
-    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->attn || !s->gate || !s->up || !s->hidden ||
+    if (!s->x || !s->xn || !s->q || !s->k || !s->v || !s->attn || !s->gate || !s->up || !s->hidden || !s->shared ||
         !s->jobs || !s->row_cuts || !s->scratch) {
         fwd_state_free(s);
         return NULL;
@@ -113,12 +132,13 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
 
 void fwd_state_free(fwd_state *s) {
     if (!s) return;
-    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->gate, s->up, s->hidden};
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->attn, s->gate, s->up, s->hidden, s->shared};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(s->jobs);
     free(s->row_cuts);
     free(s->scratch);
     moe_state_free(s->moe);
+    mla_state_free(s->mla);
     free(s);
 }
 
@@ -169,7 +189,7 @@ static void row_qkv(void *ctx, int64_t t) {
     row_rope(q, cf->n_head, hd, cf->n_rot, cs, cf->rope_neox);
     row_rope(k, cf->n_head_kv, hd, cf->n_rot, cs, cf->rope_neox);
     const size_t layer = (size_t)c->il * (size_t)c->kv->n_blocks * KV_BLOCK * (size_t)kvd;
-    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd};
+    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd, hd};
     attn_kv_store(&view, c->b->pos[t], k, v);
     c->s->jobs[t] = (attn_job){q, c->s->attn + t * qd, view, c->b->pos[t]};
 }
@@ -182,13 +202,6 @@ static void row_attn_residual(void *ctx, int64_t t) {
     float *x = c->s->x + t * D, *xn = c->s->xn + t * D;
     row_add(x, xn, D);
     row_rmsnorm(x, c->m->layers[c->il].ffn_norm, xn, D, cf->rms_eps);
-}
-
-static void row_silu(void *ctx, int64_t t) {
-    const rows_ctx *c = ctx;
-    const int64_t F = c->m->cfg.n_ff;
-    float *g = c->s->gate + t * F;
-    row_silu_mul(g, c->s->up + t * F, g, F);
 }
 
 /* x += ffn output (in xn); xn = the next layer's attention norm of x. */
@@ -213,44 +226,82 @@ static void matmuls_on(fwd_state *s, threadpool *tp, int nw, const cpu_weight *c
     for (int i = 0; i < nw; i++) s->matmul(tp, w[i], x, T, ldx, y[i], ldy[i], s->scratch);
 }
 
+/* deepseek2: MLA (mla.h), then attn_output and the residual as for the others. */
+static void attention_block_mla(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
+    const model_config *c = &m->cfg;
+    const int64_t T = rc->b->n_tokens, od = c->n_head * c->mla.v_dim;
+    mla_args a = {m, il, tp, rc->kv, rc->b, s->row_cuts, rc->n_tasks, s->matmul, s->scratch, s->attn_split};
+    mla_attention(s->mla, &a, s->xn, s->attn);
+    s->matmul(tp, &m->layers[il].wo, s->attn, T, od, s->xn, c->n_embd, s->scratch);
+    for_each_row(tp, rc, row_attn_residual);
+}
+
 static void attention_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
     const int64_t T = rc->b->n_tokens, hd = c->head_dim;
     const int64_t qd = c->n_head * hd, kvd = c->n_head_kv * hd, D = c->n_embd;
+    if (s->mla) {
+        attention_block_mla(m, s, tp, rc, il);
+        return;
+    }
     const cpu_weight *w[] = {&L->wq, &L->wk, &L->wv};
     float *const y[] = {s->q, s->k, s->v};
     const int64_t ldy[] = {qd, kvd, kvd};
     matmuls_on(s, tp, 3, w, s->xn, T, D, y, ldy);
     for_each_row(tp, rc, row_qkv);
-    attn_shape shape = {c->n_head, c->n_head_kv, hd, 1.0f / sqrtf((float)hd)};
+    attn_shape shape = {c->n_head, c->n_head_kv, hd, c->attn_scale, hd};
     attn_run_split(tp, &shape, s->jobs, T, s->attn_split);
     s->matmul(tp, &L->wo, s->attn, T, qd, s->xn, D, s->scratch);
     for_each_row(tp, rc, row_attn_residual);
 }
 
-/* A routed layer's output into xn (moe.h), then the residual as for a dense FFN. */
+/* A routed layer's output into xn (moe.h), then the shared experts' (deepseek2: always
+ * after the routed sum, never interleaved with it), then the residual as for a dense FFN. */
 static void row_moe_residual(void *ctx, int64_t t) {
     const rows_ctx *c = ctx;
-    moe_combine_row(c->s->moe, t, c->s->xn + t * c->m->cfg.n_embd);
+    const int64_t D = c->m->cfg.n_embd;
+    moe_combine_row(c->s->moe, t, c->s->xn + t * D);
+    if (c->m->layers[c->il].sh_gate.data) row_add(c->s->xn + t * D, c->s->shared + t * D, D);
     row_ffn_residual(ctx, t);
+}
+
+typedef struct {
+    rows_ctx *rc;
+    int64_t F;
+} silu_ctx;
+
+static void row_silu(void *ctx, int64_t t) {
+    const silu_ctx *c = ctx;
+    float *g = c->rc->s->gate + t * c->F;
+    row_silu_mul(g, c->rc->s->up + t * c->F, g, c->F);
+}
+
+/* down(silu(gate(xn)) * up(xn)) into out [T][n_embd]: a dense layer's FFN (F = n_ff) or
+ * deepseek2's shared experts (F = n_ff_exp * n_expert_shared). */
+static void dense_ffn(fwd_state *s, threadpool *tp, rows_ctx *rc, const cpu_weight *gate, const cpu_weight *up,
+                      const cpu_weight *down, int64_t F, float *out) {
+    const int64_t T = rc->b->n_tokens, D = rc->m->cfg.n_embd;
+    const cpu_weight *w[] = {gate, up};
+    float *const y[] = {s->gate, s->up};
+    const int64_t ldy[] = {F, F};
+    matmuls_on(s, tp, 2, w, s->xn, T, D, y, ldy);
+    silu_ctx sc = {rc, F};
+    rows_run(tp, T, s->row_cuts, rc->n_tasks, row_silu, &sc);
+    s->matmul(tp, down, s->gate, T, F, out, D, s->scratch);
 }
 
 static void ffn_block(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const layer_weights *L = &m->layers[il];
     if (L->exp_gate) {
+        if (L->sh_gate.data)
+            dense_ffn(s, tp, rc, &L->sh_gate, &L->sh_up, &L->sh_down, c->n_ff_exp * c->n_expert_shared, s->shared);
         moe_run_experts(s->moe, tp, L, s->xn, rc->b->n_tokens, s->matmul, s->scratch);
         for_each_row(tp, rc, row_moe_residual);
         return;
     }
-    const int64_t T = rc->b->n_tokens, D = c->n_embd, F = c->n_ff;
-    const cpu_weight *w[] = {&L->gate, &L->up};
-    float *const y[] = {s->gate, s->up};
-    const int64_t ldy[] = {F, F};
-    matmuls_on(s, tp, 2, w, s->xn, T, D, y, ldy);
-    for_each_row(tp, rc, row_silu);
-    s->matmul(tp, &L->down, s->gate, T, F, s->xn, D, s->scratch);
+    dense_ffn(s, tp, rc, &L->gate, &L->up, &L->down, c->n_ff, s->xn);
     for_each_row(tp, rc, row_ffn_residual);
 }
 

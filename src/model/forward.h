@@ -4,6 +4,7 @@
  * sequence (see docs/invariance.md): the batch only changes speed. */
 #ifndef INVAR_FORWARD_H
 #define INVAR_FORWARD_H
+#include <stdbool.h>
 #include <stdint.h>
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/threadpool.h"
@@ -11,10 +12,10 @@
 #include "model/model.h"
 #include "model/moe.h"
 
-/* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and for V
- * (layout inside a block: attention.h). */
+/* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and
+ * KV_BLOCK * kv_dim_v for V (layout inside a block: attention.h; MLA: one latent head). */
 typedef struct {
-    int64_t n_blocks, kv_dim, n_layer;
+    int64_t n_blocks, kv_dim, kv_dim_v, n_layer;
     float *k, *v;            /* 64-byte aligned */
     void *k_raw, *v_raw;     /* what to free */
 } kv_storage;
@@ -39,6 +40,10 @@ void fwd_state_set_attention(fwd_state *s, attn_split_mode mode);
 /* Tests only: how a routed layer combines a token's experts (MOE_COMBINE_BY_LOAD is a
  * negative control); -1 for a dense model. */
 int fwd_state_set_moe_combine(fwd_state *s, moe_combine_mode mode);
+/* NEGATIVE CONTROL, tests only: MLA rows of a prefill (a sequence with more than one
+ * token in the forward) attend in the plain formulation, decode rows in the absorbed one
+ * (mla.h); -1 for a model without MLA. */
+int fwd_state_set_mla_prefill_plain(fwd_state *s, bool on);
 /* Tests only: moe_counts_seen of the routed layers (n_expert entries), NULL for a dense model. */
 const uint64_t *fwd_state_moe_counts_seen(const fwd_state *s);
 

@@ -58,8 +58,8 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
 
 /* A 3-D expert tensor [n_expert][n][k] (ggml ne = {k, n, n_expert}): one matrix view per
  * expert, each the expert's n rows of the file's data, still quantised. */
-static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err, size_t errlen) {
-    const int64_t E = m->cfg.n_expert;
+static int bind_stack(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, int64_t E, char *err,
+                      size_t errlen) {
     const gguf_tensor *t = find(m, name);
     if (!t) FAIL("missing tensor %s", name);
     if (t->n_dims != 3 || t->ne[0] != k || t->ne[1] != n || t->ne[2] != E)
@@ -77,14 +77,107 @@ static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k,
     return 0;
 }
 
+static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err, size_t errlen) {
+    return bind_stack(m, out, name, k, n, m->cfg.n_expert, err, errlen);
+}
+
 static int load_moe(model *m, layer_weights *L, int64_t il, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
+    const int64_t fs = c->n_ff_exp * c->n_expert_shared;
     char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
     if (bind_matrix(m, &L->router, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, err, errlen) ||
         bind_experts(m, &L->exp_gate, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
         bind_experts(m, &L->exp_up, NAME("ffn_up_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
         bind_experts(m, &L->exp_down, NAME("ffn_down_exps.weight"), c->n_ff_exp, c->n_embd, err, errlen))
+        return -1;
+    if (c->arch == ARCH_DEEPSEEK2 &&
+        load_vector(m, &L->exp_probs_b, NAME("exp_probs_b.bias"), c->n_expert, 0, err, errlen))
+        return -1;
+    if (fs && (bind_matrix(m, &L->sh_gate, NAME("ffn_gate_shexp.weight"), c->n_embd, fs, err, errlen) ||
+               bind_matrix(m, &L->sh_up, NAME("ffn_up_shexp.weight"), c->n_embd, fs, err, errlen) ||
+               bind_matrix(m, &L->sh_down, NAME("ffn_down_shexp.weight"), fs, c->n_embd, err, errlen)))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+/* A merged attn_kv_b [n_head (qk_nope + v_dim)][kv_lora] (older deepseek2 files): v_b is
+ * each head's v_dim rows as they are; k_b is each head's qk_nope rows transposed, which the
+ * file does not hold, so they are made here in float32 (what attn_k_b dequantises to). */
+static int split_kv_b(model *m, layer_weights *L, const char *name, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    const int64_t H = c->n_head, nope = c->mla.qk_nope, vd = c->mla.v_dim, R = c->mla.kv_lora;
+    const gguf_tensor *t = find(m, name);
+    if (!t) FAIL("missing tensor %s (or attn_k_b / attn_v_b with key_length_mla)", name);
+    if (check_shape(t, R, H * (nope + vd), err, errlen)) return -1;
+    if (!quant_type_supported(t->type) || quant_row_bytes(t->type, R) == 0)
+        FAIL("tensor %s: unsupported type %s (ggml type %u)", name, quant_type_name(t->type), (unsigned)t->type);
+    const size_t rb = quant_row_bytes(t->type, R);
+    L->kb_owned = malloc(sizeof(float) * (size_t)(H * R * nope));
+    float *row = malloc(sizeof(float) * (size_t)R);
+    L->k_b = calloc((size_t)H, sizeof *L->k_b);
+    L->v_b = calloc((size_t)H, sizeof *L->v_b);
+    if (!L->kb_owned || !row || !L->k_b || !L->v_b) {
+        free(row);
+        FAIL("out of memory");
+    }
+    char e2[200];
+    for (int64_t h = 0; h < H; h++) {
+        float *kb = L->kb_owned + h * R * nope;
+        const char *head = (const char *)t->data + (size_t)(h * (nope + vd)) * rb;
+        for (int64_t n = 0; n < nope; n++) {
+            dequant_row(t->type, head + (size_t)n * rb, row, R);
+            for (int64_t r = 0; r < R; r++) kb[r * nope + n] = row[r];
+        }
+        if (cpu_weight_view(&L->k_b[h], INVAR_T_F32, R, nope, kb, e2, sizeof e2) ||
+            cpu_weight_view(&L->v_b[h], t->type, vd, R, head + (size_t)nope * rb, e2, sizeof e2)) {
+            free(row);
+            FAIL("tensor %s: %s", name, e2);
+        }
+    }
+    free(row);
+    return 0;
+}
+
+/* deepseek2's attention tensors (config.h: mla). */
+static int load_mla(model *m, layer_weights *L, int64_t il, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    const int64_t D = c->n_embd, H = c->n_head, R = c->mla.kv_lora, rope = c->n_rot;
+    const int64_t qk = c->mla.qk_nope + rope, ql = c->mla.q_lora;
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
+    if (ql ? bind_matrix(m, &L->wq_a, NAME("attn_q_a.weight"), D, ql, err, errlen) ||
+                 load_vector(m, &L->q_a_norm, NAME("attn_q_a_norm.weight"), ql, 1, err, errlen) ||
+                 bind_matrix(m, &L->wq_b, NAME("attn_q_b.weight"), ql, H * qk, err, errlen)
+           : bind_matrix(m, &L->wq, NAME("attn_q.weight"), D, H * qk, err, errlen))
+        return -1;
+    if (bind_matrix(m, &L->wkv_a, NAME("attn_kv_a_mqa.weight"), D, R + rope, err, errlen) ||
+        load_vector(m, &L->kv_a_norm, NAME("attn_kv_a_norm.weight"), R, 1, err, errlen) ||
+        bind_matrix(m, &L->wo, NAME("attn_output.weight"), H * c->mla.v_dim, D, err, errlen))
+        return -1;
+    if (!c->mla.split_kv_b) return split_kv_b(m, L, NAME("attn_kv_b.weight"), err, errlen);
+    if (bind_stack(m, &L->k_b, NAME("attn_k_b.weight"), c->mla.qk_nope, R, H, err, errlen) ||
+        bind_stack(m, &L->v_b, NAME("attn_v_b.weight"), R, c->mla.v_dim, H, err, errlen))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+/* A deepseek2 layer: MLA, then a dense FFN (the leading layers) or a routed one. */
+static int load_layer_deepseek2(model *m, int64_t il, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    layer_weights *L = &m->layers[il];
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
+    if (load_vector(m, &L->attn_norm, NAME("attn_norm.weight"), c->n_embd, 1, err, errlen) ||
+        load_vector(m, &L->ffn_norm, NAME("ffn_norm.weight"), c->n_embd, 1, err, errlen) ||
+        load_mla(m, L, il, err, errlen))
+        return -1;
+    if (il >= c->n_layer_dense) return load_moe(m, L, il, err, errlen);
+    if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen) ||
+        bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen) ||
+        bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen))
         return -1;
 #undef NAME
     return 0;
@@ -93,6 +186,7 @@ static int load_moe(model *m, layer_weights *L, int64_t il, char *err, size_t er
 static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
     layer_weights *L = &m->layers[il];
+    if (c->arch == ARCH_DEEPSEEK2) return load_layer_deepseek2(m, il, err, errlen);
     int64_t qd = c->n_head * c->head_dim, kvd = c->n_head_kv * c->head_dim;
     char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
@@ -212,22 +306,34 @@ int model_load(const char *path, model **out, char *err, size_t errlen) {
     return 0;
 }
 
-/* The expert matrices of a routed layer (NULL entries for a dense one). */
+/* The stacked matrices of a layer: a routed layer's experts (n_expert each) and MLA's
+ * per-head k_b / v_b (n_head each); NULL entries where the layer has none. */
+#define N_SETS 5
 static cpu_weight **expert_sets(layer_weights *L, cpu_weight **sets) {
-    sets[0] = L->exp_gate, sets[1] = L->exp_up, sets[2] = L->exp_down;
+    sets[0] = L->exp_gate, sets[1] = L->exp_up, sets[2] = L->exp_down, sets[3] = L->k_b, sets[4] = L->v_b;
     return sets;
+}
+static int64_t set_size(const model_config *c, int j) { return j < 3 ? c->n_expert : c->n_head; }
+
+/* A layer's single matrices (empty ones are skipped). */
+#define N_SINGLE 14
+static void single_weights(layer_weights *L, cpu_weight **ws) {
+    cpu_weight *all[N_SINGLE] = {&L->wq,     &L->wk,      &L->wv,    &L->wo,      &L->gate, &L->up,   &L->down,
+                                 &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
+    memcpy(ws, all, sizeof all);
 }
 
 static int pack_all(model *m, char *err, size_t errlen) {
     for (int64_t il = 0; il < m->cfg.n_layer; il++) {
         layer_weights *L = &m->layers[il];
-        cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        cpu_weight *ws[N_SINGLE];
+        single_weights(L, ws);
+        for (size_t i = 0; i < N_SINGLE; i++)
             if (ws[i]->data && cpu_weight_pack(ws[i], err, errlen)) return -1;
-        cpu_weight *sets[3];
+        cpu_weight *sets[N_SETS];
         expert_sets(L, sets);
-        for (int j = 0; j < 3; j++)
-            for (int64_t e = 0; sets[j] && e < m->cfg.n_expert; e++)
+        for (int j = 0; j < N_SETS; j++)
+            for (int64_t e = 0; sets[j] && e < set_size(&m->cfg, j); e++)
                 if (cpu_weight_pack(&sets[j][e], err, errlen)) return -1;
     }
     return cpu_weight_pack(&m->output, err, errlen);
@@ -241,23 +347,25 @@ int model_bind_cpu(model *m, char *err, size_t errlen) {
     return rc;
 }
 
-static void free_layer(layer_weights *L, int64_t n_expert) {
-    cpu_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->router};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) cpu_weight_free(ws[i]);
-    cpu_weight *sets[3];
+static void free_layer(layer_weights *L, const model_config *c) {
+    cpu_weight *ws[N_SINGLE];
+    single_weights(L, ws);
+    for (size_t i = 0; i < N_SINGLE; i++) cpu_weight_free(ws[i]);
+    cpu_weight *sets[N_SETS];
     expert_sets(L, sets);
-    for (int j = 0; j < 3; j++) {
-        for (int64_t e = 0; sets[j] && e < n_expert; e++) cpu_weight_free(&sets[j][e]);
+    for (int j = 0; j < N_SETS; j++) {
+        for (int64_t e = 0; sets[j] && e < set_size(c, j); e++) cpu_weight_free(&sets[j][e]);
         free(sets[j]);
     }
-    float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
+    float *vs[] = {L->attn_norm, L->ffn_norm,    L->bq,       L->bk,        L->bv,      L->q_norm,
+                   L->k_norm,    L->exp_probs_b, L->q_a_norm, L->kv_a_norm, L->kb_owned};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
 }
 
 void model_free(model *m) {
     if (!m) return;
     if (m->layers)
-        for (int64_t il = 0; il < m->cfg.n_layer; il++) free_layer(&m->layers[il], m->cfg.n_expert);
+        for (int64_t il = 0; il < m->cfg.n_layer; il++) free_layer(&m->layers[il], &m->cfg);
     free(m->layers);
     cpu_weight_free(&m->output);
     free(m->output_norm);

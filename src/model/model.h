@@ -21,6 +21,19 @@ typedef struct {
      * [n_expert][n_embd] and each expert's matrices, views into the file's 3-D tensors. */
     cpu_weight router;
     cpu_weight *exp_gate, *exp_up, *exp_down; /* [n_expert] each, or NULL */
+    /* deepseek2's routed layers: the score-correction bias [n_expert] (exp_probs_b, or
+     * NULL) and the shared experts as one FFN (empty when expert_shared_count is 0). */
+    float *exp_probs_b;
+    cpu_weight sh_gate, sh_up, sh_down;
+    /* MLA (deepseek2; wq/wk/wv then unused but wq when q_lora is 0): the query's
+     * bottleneck wq_a [q_lora][n_embd], q_a_norm, wq_b [n_head (qk_nope + rope)][q_lora];
+     * wkv_a [kv_lora + rope][n_embd] and kv_a_norm [kv_lora]; per head, k_b [kv_lora][qk_nope]
+     * (W_UK transposed: it takes the query into the latent space) and v_b [v_dim][kv_lora]
+     * (W_UV). A merged attn_kv_b is split at load: k_b transposed into kb_owned (float32). */
+    cpu_weight wq_a, wq_b, wkv_a;
+    float *q_a_norm, *kv_a_norm;
+    cpu_weight *k_b, *v_b;
+    float *kb_owned;
 } layer_weights;
 
 typedef struct model {

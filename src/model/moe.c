@@ -19,13 +19,20 @@ struct moe_state {
     uint64_t *seen;        /* [E] tests: moe_counts_seen */
     bool normalise;        /* expert_weights_norm */
     moe_combine_mode combine;
+    /* deepseek2's routing (config.h): gating, groups, scale; qwen3moe routes by logit */
+    bool deepseek;
+    expert_gating gating;
+    int64_t n_group, n_group_used;
+    float scale;
+    float *score; /* [E] one token's gate scores (route_token_deepseek) */
 };
 
 static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); }
 
 void moe_state_free(moe_state *s) {
     if (!s) return;
-    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot, s->xg, s->g, s->u, s->y, s->seen};
+    void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot,
+                 s->xg,     s->g,   s->u,   s->y,     s->seen,  s->score};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
     free(s);
 }
@@ -36,6 +43,11 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     *s = (moe_state){
         .max_tokens = max_tokens, .E = c->n_expert, .k = c->n_expert_used, .D = c->n_embd, .F = c->n_ff_exp};
     s->normalise = c->expert_weights_norm;
+    s->deepseek = c->arch == ARCH_DEEPSEEK2;
+    s->gating = c->gating;
+    s->n_group = c->n_group;
+    s->n_group_used = c->n_group_used;
+    s->scale = c->expert_weights_scale;
     const size_t T = (size_t)max_tokens, E = (size_t)s->E, TK = T * (size_t)s->k;
     s->logits = falloc(T * E);
     s->sel = malloc(sizeof(int32_t) * TK);
@@ -49,8 +61,9 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     s->u = falloc(TK * (size_t)s->F);
     s->y = falloc(TK * (size_t)s->D);
     s->seen = calloc(E, sizeof(uint64_t));
-    if (!s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg || !s->g ||
-        !s->u || !s->y || !s->seen) {
+    s->score = malloc(sizeof(float) * 2 * E);
+    if (!s->score || !s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg ||
+        !s->g || !s->u || !s->y || !s->seen) {
         moe_state_free(s);
         return NULL;
     }
@@ -88,6 +101,65 @@ static void route_token(moe_state *s, int64_t t, bool normalise) {
     for (int64_t r = 0; r < s->k; r++) w[r] /= sum;
 }
 
+/* The best not-yet-taken entry of v[0..n) (ties: the lower index; NaNs never win over a
+ * number, and some index is always returned). */
+static int64_t best_free(const float *v, int64_t n, const uint64_t *taken) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; e++)
+        if (!(taken[e / 64] >> (e % 64) & 1) && (best < 0 || v[e] > v[best] || (v[best] != v[best] && v[e] == v[e])))
+            best = e;
+    return best;
+}
+
+/* deepseek2 (llama.cpp's semantics): scores p = softmax (over all experts, id order) or
+ * sigmoid of the logits; selection by p + bias (the score-correction bias), within the
+ * n_group_used groups of the best sum of two biased scores; the weights are the unbiased p
+ * of the chosen, normalised to sum 1 if asked (sum in rank order), times scale. The row's
+ * own values only. */
+static void route_token_deepseek(moe_state *s, int64_t t, const float *bias) {
+    const int64_t E = s->E, k = s->k, G = s->n_group, per = E / G;
+    const float *l = s->logits + t * E;
+    float *p = s->score, *sel_score = s->score + E;
+    int32_t *sel = s->sel + t * k;
+    float *w = s->wts + t * k;
+    if (s->gating == GATING_SIGMOID) {
+        for (int64_t e = 0; e < E; e++) p[e] = 1.0f / (1.0f + invar_expf(-l[e]));
+    } else {
+        float max = l[0], sum = 0.0f;
+        for (int64_t e = 1; e < E; e++) max = l[e] > max ? l[e] : max;
+        for (int64_t e = 0; e < E; e++) sum += p[e] = invar_expf(l[e] - max);
+        for (int64_t e = 0; e < E; e++) p[e] /= sum;
+    }
+    for (int64_t e = 0; e < E; e++) sel_score[e] = bias ? p[e] + bias[e] : p[e];
+    uint64_t taken[MODEL_MAX_EXPERTS / 64] = {0};
+    if (G > 1) { /* groups left out: their experts count as taken */
+        float gs[MODEL_MAX_EXPERTS];
+        for (int64_t g = 0; g < G; g++) {
+            uint64_t two[MODEL_MAX_EXPERTS / 64] = {0};
+            const int64_t a = best_free(sel_score + g * per, per, two);
+            two[a / 64] |= 1ull << (a % 64);
+            gs[g] = sel_score[g * per + a] + sel_score[g * per + best_free(sel_score + g * per, per, two)];
+        }
+        uint64_t gtaken[MODEL_MAX_EXPERTS / 64] = {0};
+        for (int64_t r = 0; r < s->n_group_used; r++) {
+            const int64_t g = best_free(gs, G, gtaken);
+            gtaken[g / 64] |= 1ull << (g % 64);
+        }
+        for (int64_t g = 0; g < G; g++)
+            if (!(gtaken[g / 64] >> (g % 64) & 1))
+                for (int64_t e = g * per; e < (g + 1) * per; e++) taken[e / 64] |= 1ull << (e % 64);
+    }
+    float sum = 0.0f;
+    for (int64_t r = 0; r < k; r++) {
+        const int64_t e = best_free(sel_score, E, taken);
+        taken[e / 64] |= 1ull << (e % 64);
+        sel[r] = (int32_t)e;
+        w[r] = p[e];
+        sum += w[r];
+    }
+    for (int64_t r = 0; r < k; r++) w[r] = (s->normalise ? w[r] / sum : w[r]) * s->scale;
+}
+
 /* (token, rank) pairs sorted by expert, tokens ascending within an expert; xg gets each
  * pair's input row. */
 static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
@@ -121,7 +193,9 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
                      void *scratch) {
     const int64_t D = s->D, F = s->F;
     mm(tp, &L->router, xn, T, D, s->logits, s->E, scratch);
-    for (int64_t t = 0; t < T; t++) route_token(s, t, s->normalise);
+    for (int64_t t = 0; t < T; t++)
+        if (s->deepseek) route_token_deepseek(s, t, L->exp_probs_b);
+        else route_token(s, t, s->normalise);
     group_by_expert(s, xn, T);
     for (int64_t e = 0; e < s->E; e++) {
         const int64_t c = s->count[e], p = s->start[e];

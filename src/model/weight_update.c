@@ -81,6 +81,7 @@ static int find_slot(model *m, const char *name, slot *s, char *err, size_t errl
         *s = (slot){SLOT_MATRIX, &m->output, NULL, c->n_embd, c->n_vocab};
         return 0;
     }
+    if (c->mla.kv_lora) FAIL("weight update: %s: the weights of a %s model cannot be replaced yet", name, c->arch_name);
     if (!strcmp(name, "rope_freqs.weight"))
         FAIL("weight update: rope_freqs.weight cannot be replaced (the RoPE table is built from it at load)");
     long long il;

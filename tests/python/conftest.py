@@ -62,6 +62,13 @@ MOE_VARIANTS = {
     "qwen3moe-nonorm-F32": dict(arch="qwen3moe", wtype="F32", vocab=4096, expert_weights_norm=False),
     "qwen3moe-Q4_1": dict(arch="qwen3moe", wtype="Q4_1", vocab=4096),
     "qwen3moe-Q4_K_M": dict(arch="qwen3moe", wtype="Q4_K_M", vocab=4096),
+    # deepseek2 (tests/python/test_mla.py): V2-Lite-like (no q_lora, softmax routing, 2 shared
+    # experts) and V3-like (q_lora, sigmoid with groups and the correction bias, 1 shared)
+    "deepseek2-lite-F32": dict(arch="deepseek2", wtype="F32", vocab=4096),
+    "deepseek2-v3-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, gating="sigmoid", q_lora=64),
+    "deepseek2-kvb-F32": dict(arch="deepseek2", wtype="F32", vocab=4096, merged_kv_b=True, q_lora=64),
+    "deepseek2-lite-Q8_0": dict(arch="deepseek2", wtype="Q8_0", vocab=4096),
+    "deepseek2-v3-Q4_1": dict(arch="deepseek2", wtype="Q4_1", vocab=4096, gating="sigmoid", q_lora=64),
 }
 
 

@@ -1,6 +1,7 @@
 /* Attention and row-op invariance: a query's output is bitwise the same alone or among M
  * other queries (M up to 300, including other tokens of its own sequence that share its
- * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV. Negative control:
+ * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV, for a GQA shape and
+ * MLA's latent head (value dim below key dim). Negative control:
  * the same check on the real kernel with split boundaries that follow the batch
  * (ATTN_SPLIT_BY_BATCH) fails. Row ops: the forward pass's row path (rows_run: many rows
  * in one call, spread over 2 or 3 threads) equals each row run alone; negative control: a
@@ -37,11 +38,12 @@ typedef struct {
     int32_t table[N_BLOCKS];
 } kv_fixture;
 
-/* Fills the pool so that logical position p holds the same K/V whatever block layout. */
-static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shuffle) {
-    int64_t kvd = N_KV * HD;
-    f->k = calloc((size_t)N_BLOCKS * KV_BLOCK * kvd, sizeof(float));
-    f->v = calloc((size_t)N_BLOCKS * KV_BLOCK * kvd, sizeof(float));
+/* Fills the pool so that logical position p holds the same K/V whatever block layout:
+ * n_kv heads of hd key and hdv value floats (MLA's latent head: hdv < hd). */
+static void kv_make_shape(kv_fixture *f, const float *keys, const float *vals, int shuffle, int64_t n_kv, int64_t hd,
+                          int64_t hdv) {
+    f->k = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hd), sizeof(float));
+    f->v = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hdv), sizeof(float));
     for (int b = 0; b < N_BLOCKS; b++) f->table[b] = b;
     if (shuffle)
         for (int b = N_BLOCKS - 1; b > 0; b--) {
@@ -50,24 +52,30 @@ static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shu
             f->table[b] = f->table[j];
             f->table[j] = t;
         }
-    attn_kv view = {f->k, f->v, f->table, N_KV, HD};
-    for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * kvd, vals + p * kvd);
+    attn_kv view = {f->k, f->v, f->table, n_kv, hd, hdv};
+    for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * n_kv * hd, vals + p * n_kv * hdv);
 }
 
-static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f};
+static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shuffle) {
+    kv_make_shape(f, keys, vals, shuffle, N_KV, HD, HD);
+}
+
+static const attn_shape SHAPE = {N_HEADS, N_KV, HD, 0.125f, HD};
 
 /* The check: each query of batches of m = 1..max_m queries (mixed positions across split
  * edges, two sequences, one with shuffled physical blocks, 1 or 2 threads) against the same
  * query alone on one thread. Returns how many of the `checked` queries differ. */
-static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t *checked) {
-    int64_t kvd = N_KV * HD, qd = N_HEADS * HD;
-    float *keys = malloc(sizeof(float) * CTX * kvd), *vals = malloc(sizeof(float) * CTX * kvd);
-    for (int64_t i = 0; i < CTX * kvd; i++) keys[i] = frand() * 2.0f, vals[i] = frand();
+static int64_t attention_mismatches_shape(const attn_shape *sh, attn_split_mode mode, int64_t max_m, int64_t *checked) {
+    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
+    const int64_t qd = sh->n_heads * hd, od = sh->n_heads * hdv;
+    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
+    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
+    for (int64_t i = 0; i < CTX * nkv * hdv; i++) vals[i] = frand();
     kv_fixture a, b;
-    kv_make(&a, keys, vals, 0);
-    kv_make(&b, keys, vals, 1);
-    float *q = malloc(sizeof(float) * max_m * qd), *out = malloc(sizeof(float) * max_m * qd);
-    float ref[N_HEADS * HD];
+    kv_make_shape(&a, keys, vals, 0, nkv, hd, hdv);
+    kv_make_shape(&b, keys, vals, 1, nkv, hd, hdv);
+    float *q = malloc(sizeof(float) * max_m * qd), *out = malloc(sizeof(float) * max_m * od);
+    float *ref = malloc(sizeof(float) * od);
     attn_job *jobs = malloc(sizeof(attn_job) * max_m);
     threadpool *pools[2] = {threadpool_create(1), threadpool_create(2)};
     int64_t bad = 0;
@@ -79,24 +87,36 @@ static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t
             /* odd m: runs of 3 jobs on one sequence (they share attention tiles, with
              * positions that differ and cross split edges); even m: alternating */
             kv_fixture *f = ((m & 1) ? (j / 3) & 1 : j & 1) ? &b : &a;
-            jobs[j] = (attn_job){q + j * qd, out + j * qd, {f->k, f->v, f->table, N_KV, HD}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * od, {f->k, f->v, f->table, nkv, hd, hdv}, pos};
         }
         threadpool *tp = pools[m & 1];
-        attn_run_split(tp, &SHAPE, jobs, m, mode);
+        attn_run_split(tp, sh, jobs, m, mode);
         for (int64_t j = 0; j < m; j++) {
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
-            alone.kv = (attn_kv){a.k, a.v, a.table, N_KV, HD};
-            attn_run_split(pools[0], &SHAPE, &alone, 1, mode);
-            bad += memcmp(ref, out + j * qd, sizeof ref) != 0;
+            alone.kv = (attn_kv){a.k, a.v, a.table, nkv, hd, hdv};
+            attn_run_split(pools[0], sh, &alone, 1, mode);
+            bad += memcmp(ref, out + j * od, sizeof(float) * (size_t)od) != 0;
             (*checked)++;
         }
     }
     threadpool_destroy(pools[0]);
     threadpool_destroy(pools[1]);
-    free(keys), free(vals), free(q), free(out), free(jobs);
+    free(keys), free(vals), free(q), free(out), free(ref), free(jobs);
     free(a.k), free(a.v), free(b.k), free(b.v);
+    return bad;
+}
+
+/* MLA's latent head (model/mla.h): one KV head for every query head, the value the first
+ * kv_lora of the key's kv_lora + rope floats (here 64 + 16, 4 heads). */
+static const attn_shape LATENT = {4, 1, 80, 0.1f, 64};
+
+static int64_t attention_mismatches(attn_split_mode mode, int64_t max_m, int64_t *checked) {
+    int64_t c2;
+    int64_t bad = attention_mismatches_shape(&SHAPE, mode, max_m, checked);
+    bad += attention_mismatches_shape(&LATENT, mode, max_m / 2, &c2);
+    *checked += c2;
     return bad;
 }
 
@@ -130,7 +150,7 @@ static void test_attention_accuracy(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int64_t positions[] = {0, 1, 255, 256, 257, 511, 600, CTX - 1};
     for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
-        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD}, positions[pi]};
+        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD, HD}, positions[pi]};
         attn_run(NULL, &SHAPE, &job, 1);
         for (int h = 0; h < N_HEADS; h++) {
             int kvh = h / (N_HEADS / N_KV);
@@ -162,7 +182,7 @@ static void test_attention_accuracy(void **state) {
 typedef struct {
     const float *x, *g, *w, *hw, *cs; /* rows of x and g; weights; RoPE table [ROPE_POS][64] */
     const int32_t *pos;
-    float *y, *lse;                   /* outputs: a row of y and one lse per row */
+    float *y, *lse; /* outputs: a row of y and one lse per row */
 } rows_fixture;
 
 static void row_work(void *p, int64_t t) {
@@ -246,10 +266,8 @@ static void test_negative_control_norm_by_rows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_attention_batch_invariance),
-        cmocka_unit_test(test_attention_accuracy),
-        cmocka_unit_test(test_negative_control_split_by_batch),
-        cmocka_unit_test(test_row_ops_batch_invariance),
+        cmocka_unit_test(test_attention_batch_invariance),      cmocka_unit_test(test_attention_accuracy),
+        cmocka_unit_test(test_negative_control_split_by_batch), cmocka_unit_test(test_row_ops_batch_invariance),
         cmocka_unit_test(test_negative_control_norm_by_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

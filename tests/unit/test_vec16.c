@@ -139,13 +139,14 @@ static void test_logsumexp_and_argmax(void **state) {
 
 /* Attention: random K/V in a shuffled block layout; every ISA build, every head tiling.
  * Returns how many builds' outputs differ from the generic build's. */
-static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd) {
+static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t hdv) {
     const int64_t ctx = 600, nblk = (ctx + KV_BLOCK - 1) / KV_BLOCK, kvd = n_kv * hd, qd = n_heads * hd;
+    const int64_t od = n_heads * hdv;
     float *kp = calloc((size_t)(nblk * KV_BLOCK * kvd), sizeof(float));
-    float *vp = calloc((size_t)(nblk * KV_BLOCK * kvd), sizeof(float));
+    float *vp = calloc((size_t)(nblk * KV_BLOCK * n_kv * hdv), sizeof(float));
     int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk);
     for (int64_t b = 0; b < nblk; b++) table[b] = (int32_t)((b * 7) % nblk); /* 7 coprime to nblk = 38 */
-    attn_kv kv = {kp, vp, table, n_kv, hd};
+    attn_kv kv = {kp, vp, table, n_kv, hd, hdv};
     float *k = malloc(sizeof(float) * (size_t)kvd), *v = malloc(sizeof(float) * (size_t)kvd);
     for (int64_t p = 0; p < ctx; p++) {
         for (int64_t i = 0; i < kvd; i++) k[i] = frand() * 2.0f, v[i] = frand();
@@ -154,18 +155,18 @@ static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd) {
     const int64_t positions[] = {0, 5, 15, 16, 255, 256, 300, 511, 512, ctx - 1};
     const int64_t nj = sizeof positions / sizeof *positions;
     float *q = malloc(sizeof(float) * (size_t)(nj * qd));
-    float *ref = malloc(sizeof(float) * (size_t)(nj * qd)), *out = malloc(sizeof(float) * (size_t)(nj * qd));
+    float *ref = malloc(sizeof(float) * (size_t)(nj * od)), *out = malloc(sizeof(float) * (size_t)(nj * od));
     attn_job *jobs = malloc(sizeof(attn_job) * (size_t)nj);
     for (int64_t i = 0; i < nj * qd; i++) q[i] = frand();
-    const attn_shape sh = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd)};
+    const attn_shape sh = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), hdv};
     const cpu_isa best = cpu_isa_supported();
     int bad = 0;
     for (size_t s = 0; s < sizeof ISAS / sizeof *ISAS; s++) {
         if (ISAS[s] > best) continue;
         cpu_isa_set(ISAS[s]);
-        for (int64_t j = 0; j < nj; j++) jobs[j] = (attn_job){q + j * qd, (s ? out : ref) + j * qd, kv, positions[j]};
+        for (int64_t j = 0; j < nj; j++) jobs[j] = (attn_job){q + j * qd, (s ? out : ref) + j * od, kv, positions[j]};
         attn_run(NULL, &sh, jobs, nj);
-        if (s) bad += memcmp(ref, out, sizeof(float) * (size_t)(nj * qd)) != 0;
+        if (s) bad += memcmp(ref, out, sizeof(float) * (size_t)(nj * od)) != 0;
     }
     cpu_isa_set(best);
     free(kp), free(vp), free(table), free(k), free(v), free(q), free(ref), free(out), free(jobs);
@@ -173,10 +174,12 @@ static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd) {
 }
 
 static int attention_mismatches(void) {
-    return attention_all_isas(9, 3, 64) + /* SmolLM2: groups of 3 */
-           attention_all_isas(8, 1, 128) + /* a group of 8: two tiles of 4 */
-           attention_all_isas(5, 1, 40) +  /* head_dim with a scalar tail; tiles of 4 + 1 */
-           attention_all_isas(4, 2, 24);
+    return attention_all_isas(9, 3, 64, 64) +   /* SmolLM2: groups of 3 */
+           attention_all_isas(8, 1, 128, 128) + /* a group of 8: two tiles of 4 */
+           attention_all_isas(5, 1, 40, 40) +   /* head_dim with a scalar tail; tiles of 4 + 1 */
+           attention_all_isas(4, 2, 24, 24) +
+           attention_all_isas(3, 1, 576, 512) + /* MLA's latent head (DeepSeek-V2/V3: 512 + 64) */
+           attention_all_isas(4, 1, 40, 32);    /* a tiny model's latent head */
 }
 
 static void test_attention_same_bits_on_every_isa(void **state) {

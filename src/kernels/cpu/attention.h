@@ -15,21 +15,22 @@
 
 #define ATTN_SPLIT 256
 #define KV_BLOCK 16 /* tokens per KV-cache block = lanes of one key vector */
-#define ATTN_MAX_HEAD_DIM 512
+#define ATTN_MAX_HEAD_DIM 576 /* MLA's latent head: kv_lora 512 + rope 64 (DeepSeek-V2/V3) */
 
 /* A pool block holds KV_BLOCK positions of every KV head. Per KV head, K is stored
  * transposed, [head_dim][KV_BLOCK], so element d of 16 consecutive keys is one vector;
- * V is stored [KV_BLOCK][head_dim]. */
+ * V is stored [KV_BLOCK][head_dim_v]. head_dim_v may be smaller than head_dim: MLA's latent
+ * head scores against [c_kv, k_pe] and sums c_kv alone. */
 typedef struct {
-    float *k, *v;                /* pools: n_blocks * KV_BLOCK * kv_dim floats each */
+    float *k, *v;                /* pools: n_blocks * KV_BLOCK * n_kv_heads * head_dim (_v) floats */
     const int32_t *block_table;  /* logical block -> pool block */
-    int64_t n_kv_heads, head_dim;
+    int64_t n_kv_heads, head_dim, head_dim_v;
 } attn_kv;
 
 /* One attention job: a query token of one sequence. */
 typedef struct {
     const float *q;     /* n_heads * head_dim */
-    float *out;         /* n_heads * head_dim */
+    float *out;         /* n_heads * head_dim_v */
     attn_kv kv;
     int64_t pos;        /* attends to positions 0..pos */
 } attn_job;
@@ -37,6 +38,7 @@ typedef struct {
 typedef struct {
     int64_t n_heads, n_kv_heads, head_dim;
     float scale;
+    int64_t head_dim_v; /* <= head_dim */
 } attn_shape;
 
 /* Runs all jobs, parallel over (job, KV head). head_dim <= ATTN_MAX_HEAD_DIM. */
@@ -50,19 +52,19 @@ typedef enum { ATTN_SPLIT_INVARIANT = 0, ATTN_SPLIT_BY_BATCH = 1 } attn_split_mo
 void attn_run_split(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs,
                     attn_split_mode mode);
 
-/* Writes / reads position p's K and V rows (n_kv_heads * head_dim floats each). */
+/* Writes / reads position p's K and V rows (n_kv_heads * head_dim, n_kv_heads * head_dim_v floats). */
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v);
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v);
 
-static inline int64_t attn_block_floats(const attn_kv *kv) { return KV_BLOCK * kv->n_kv_heads * kv->head_dim; }
 /* K of KV head h for the block holding position p: [head_dim][KV_BLOCK]. */
 static inline float *attn_k_block(const attn_kv *kv, int64_t p, int64_t h) {
-    return kv->k + (int64_t)kv->block_table[p / KV_BLOCK] * attn_block_floats(kv) + h * kv->head_dim * KV_BLOCK;
+    return kv->k + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim) +
+           h * kv->head_dim * KV_BLOCK;
 }
-/* V row of position p, KV head h: head_dim floats. */
+/* V row of position p, KV head h: head_dim_v floats. */
 static inline float *attn_v_row(const attn_kv *kv, int64_t p, int64_t h) {
-    return kv->v + (int64_t)kv->block_table[p / KV_BLOCK] * attn_block_floats(kv) +
-           (h * KV_BLOCK + p % KV_BLOCK) * kv->head_dim;
+    return kv->v + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim_v) +
+           (h * KV_BLOCK + p % KV_BLOCK) * kv->head_dim_v;
 }
 
 #endif

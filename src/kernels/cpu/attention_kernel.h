@@ -124,7 +124,7 @@ V16_AI void pv_accumulate(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t j0
 /* split: keys per split, the constant ATTN_SPLIT on every real path; other values only
  * for the negative control ATTN_SPLIT_BY_BATCH (attn_tile_split). */
 V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, const attn_queries *qs, const int Q,
-                      const int64_t hd, const int64_t split) {
+                      const int64_t hd, const int64_t hdv, const int64_t split) {
     float m[ATTN_QMAX], l[ATTN_QMAX];
     _Alignas(64) float acc[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
     _Alignas(64) float part[ATTN_QMAX][ATTN_MAX_HEAD_DIM];
@@ -133,7 +133,7 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
     for (int g = 0; g < Q; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
-        memset(acc[g], 0, sizeof(float) * (size_t)hd);
+        memset(acc[g], 0, sizeof(float) * (size_t)hdv);
         pos_max = qs->pos[g] > pos_max ? qs->pos[g] : pos_max;
     }
     for (int64_t s0 = 0; s0 <= pos_max; s0 += split) {
@@ -151,49 +151,50 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
         split_weights(n, Q, w, mc, lc);
         /* part[g] = sum_j w[g][j] * v_j over query g's keys, in position order. Keys that
          * every query of the tile attends to first (no test in the loop), then the rest. */
-        for (int g = 0; g < Q; g++) memset(part[g], 0, sizeof(float) * (size_t)hd);
+        for (int g = 0; g < Q; g++) memset(part[g], 0, sizeof(float) * (size_t)hdv);
         int64_t n_min = n_max;
         for (int g = 0; g < Q; g++) n_min = n[g] < n_min ? (n[g] > 0 ? n[g] : 0) : n_min;
-        pv_accumulate(kv, kvh, s0, 0, n_min, n, 0, Q, hd, w, part);
-        pv_accumulate(kv, kvh, s0, n_min, n_max, n, 1, Q, hd, w, part);
+        pv_accumulate(kv, kvh, s0, 0, n_min, n, 0, Q, hdv, w, part);
+        pv_accumulate(kv, kvh, s0, n_min, n_max, n, 1, Q, hdv, w, part);
         /* Merge this split into the running result, always in split order. */
         for (int g = 0; g < Q; g++) {
             if (n[g] <= 0) continue;
             const float mn = m[g] > mc[g] ? m[g] : mc[g];
             const float a = invar_exp16(v16_splat(m[g] - mn))[0], b = invar_exp16(v16_splat(mc[g] - mn))[0];
             l[g] = l[g] * a + lc[g] * b;
-            for (int64_t d = 0; d < hd; d++) acc[g][d] = acc[g][d] * a + part[g][d] * b;
+            for (int64_t d = 0; d < hdv; d++) acc[g][d] = acc[g][d] * a + part[g][d] * b;
             m[g] = mn;
         }
     }
     for (int g = 0; g < Q; g++) {
         const float inv = 1.0f / l[g];
-        for (int64_t d = 0; d < hd; d++) qs->out[g][d] = acc[g][d] * inv;
+        for (int64_t d = 0; d < hdv; d++) qs->out[g][d] = acc[g][d] * inv;
     }
 }
 
 /* AVX-512 build: specialised on the tile size and the common head dims so the compiler can
  * keep a tile's accumulators in registers; every instance performs the same per-query
  * operations as the general one. */
-#define ATTN_TILE_Q(hd)                                            \
-    switch (Q) {                                                   \
-    case 1: attn_tile(sh, kv, kvh, qs, 1, hd, ATTN_SPLIT); break;  \
-    case 2: attn_tile(sh, kv, kvh, qs, 2, hd, ATTN_SPLIT); break;  \
-    case 3: attn_tile(sh, kv, kvh, qs, 3, hd, ATTN_SPLIT); break;  \
-    case 4: attn_tile(sh, kv, kvh, qs, 4, hd, ATTN_SPLIT); break;  \
-    case 5: attn_tile(sh, kv, kvh, qs, 5, hd, ATTN_SPLIT); break;  \
-    case 6: attn_tile(sh, kv, kvh, qs, 6, hd, ATTN_SPLIT); break;  \
-    case 7: attn_tile(sh, kv, kvh, qs, 7, hd, ATTN_SPLIT); break;  \
-    default: attn_tile(sh, kv, kvh, qs, 8, hd, ATTN_SPLIT); break; \
+#define ATTN_TILE_Q(hd)                                                \
+    switch (Q) {                                                       \
+    case 1: attn_tile(sh, kv, kvh, qs, 1, hd, hd, ATTN_SPLIT); break;  \
+    case 2: attn_tile(sh, kv, kvh, qs, 2, hd, hd, ATTN_SPLIT); break;  \
+    case 3: attn_tile(sh, kv, kvh, qs, 3, hd, hd, ATTN_SPLIT); break;  \
+    case 4: attn_tile(sh, kv, kvh, qs, 4, hd, hd, ATTN_SPLIT); break;  \
+    case 5: attn_tile(sh, kv, kvh, qs, 5, hd, hd, ATTN_SPLIT); break;  \
+    case 6: attn_tile(sh, kv, kvh, qs, 6, hd, hd, ATTN_SPLIT); break;  \
+    case 7: attn_tile(sh, kv, kvh, qs, 7, hd, hd, ATTN_SPLIT); break;  \
+    default: attn_tile(sh, kv, kvh, qs, 8, hd, hd, ATTN_SPLIT); break; \
     }
 
 /* The tile's queries: heads h0 .. h0+G-1 of each of n_jobs jobs. Returns their number. */
-V16_AI int tile_queries(const attn_job *jobs, int n_jobs, int64_t h0, int G, int64_t hd, attn_queries *qs) {
+V16_AI int tile_queries(const attn_job *jobs, int n_jobs, int64_t h0, int G, int64_t hd, int64_t hdv,
+                        attn_queries *qs) {
     int Q = 0;
     for (int t = 0; t < n_jobs; t++)
         for (int g = 0; g < G; g++, Q++) {
             qs->q[Q] = jobs[t].q + (h0 + g) * hd;
-            qs->out[Q] = jobs[t].out + (h0 + g) * hd;
+            qs->out[Q] = jobs[t].out + (h0 + g) * hdv;
             qs->pos[Q] = jobs[t].pos;
         }
     return Q;
@@ -202,27 +203,28 @@ V16_AI int tile_queries(const attn_job *jobs, int n_jobs, int64_t h0, int G, int
 /* Query heads h0 .. h0+G-1 of KV head kvh for n_jobs jobs of one sequence (G * n_jobs
  * <= ATTN_QMAX). */
 static void attn_tile_any(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G) {
-    const int64_t hd = sh->head_dim;
+    const int64_t hd = sh->head_dim, hdv = sh->head_dim_v;
     const attn_kv *kv = &jobs[0].kv;
-    attn_queries qs_;
+    attn_queries qs_ = {0}; /* (zeroed: GCC cannot see that the loop fills the Q entries used) */
     attn_queries *qs = &qs_;
     int Q = 0;
     for (int t = 0; t < n_jobs; t++)
         for (int g = 0; g < G; g++, Q++) {
             qs->q[Q] = jobs[t].q + (h0 + g) * hd;
-            qs->out[Q] = jobs[t].out + (h0 + g) * hd;
+            qs->out[Q] = jobs[t].out + (h0 + g) * hdv;
             qs->pos[Q] = jobs[t].pos;
         }
 #if defined(__AVX512F__) && !defined(VEC16_TESTING_FLIP) /* (the flipped build: tests only) */
-    switch (hd) {
-    case 64: ATTN_TILE_Q(64) break;
-    case 128: ATTN_TILE_Q(128) break;
-    default: attn_tile(sh, kv, kvh, qs, Q, hd, ATTN_SPLIT); break;
-    }
+    if (hdv != hd) attn_tile(sh, kv, kvh, qs, Q, hd, hdv, ATTN_SPLIT); /* MLA's latent head */
+    else switch (hd) {
+        case 64: ATTN_TILE_Q(64) break;
+        case 128: ATTN_TILE_Q(128) break;
+        default: attn_tile(sh, kv, kvh, qs, Q, hd, hd, ATTN_SPLIT); break;
+        }
 #else
     /* Other builds: one general instance (they are fallbacks; 24 instances of 16-lane
      * code lowered to narrower vectors would cost minutes of compile time). */
-    attn_tile(sh, kv, kvh, qs, Q, hd, ATTN_SPLIT);
+    attn_tile(sh, kv, kvh, qs, Q, hd, hdv, ATTN_SPLIT);
 #endif
 }
 
@@ -230,6 +232,6 @@ static void attn_tile_any(const attn_shape *sh, const attn_job *jobs, int n_jobs
 static void attn_tile_split(const attn_shape *sh, const attn_job *jobs, int n_jobs, int64_t kvh, int64_t h0, int G,
                             int64_t split) {
     attn_queries qs;
-    const int Q = tile_queries(jobs, n_jobs, h0, G, sh->head_dim, &qs);
-    attn_tile(sh, &jobs[0].kv, kvh, &qs, Q, sh->head_dim, split);
+    const int Q = tile_queries(jobs, n_jobs, h0, G, sh->head_dim, sh->head_dim_v, &qs);
+    attn_tile(sh, &jobs[0].kv, kvh, &qs, Q, sh->head_dim, sh->head_dim_v, split);
 }
