@@ -240,7 +240,7 @@ static enum MHD_Result complete_blocking(srv_state *s, struct MHD_Connection *co
     blocking_ctx *b = bc_new(s, r);
     if (!b) return send_simple_error(conn, 500, "server_error", NULL, "out of memory");
     srv_call_submit(s, b->req.call);
-    while (!bc_wait(b, 0.25)) {
+    while (!bc_wait(b, 0.05)) { /* how soon a gone client is noticed */
         enum peer_state ps = peer_state(conn);
         if (ps == PEER_GONE) { /* reset: nobody to answer; cancel and drop the connection */
             bc_free(b, false, true);

@@ -155,7 +155,11 @@ def test_echo_logprobs_from_the_engine_bounded(serve):
 
 def test_echo_cancelled_on_disconnect(serve):
     ids = prompt_ids()
-    proc, port = serve("--max-batch", "4", "--max-batch-tokens", "4")
+    # One position a step (max_batch_tokens is at least max_batch): the 300-position echo
+    # prefill then takes several times the 0.05 s at which a waiting non-streaming call
+    # looks at its client's socket (4 a step finished before the close was seen on a fast
+    # machine).
+    proc, port = serve("--max-batch", "1", "--max-batch-tokens", "1")
     st, text = post(port, {"prompt": ids, "max_tokens": 1})  # cached: only the echo's prefill is left
     assert st == 200, text
     m0 = metrics(port)
@@ -164,8 +168,7 @@ def test_echo_cancelled_on_disconnect(serve):
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     # Close as soon as the engine has started on it (a fixed sleep raced with a fast machine
-    # that finished the 300 positions first), so it goes while the prompt is computed, 4
-    # tokens a step.
+    # that finished the 300 positions first), so it goes while the prompt is computed.
     start = time.time() + 10
     while time.time() < start and metrics(port)["invar_tokens_computed_total"] == m0["invar_tokens_computed_total"]:
         time.sleep(0.002)
