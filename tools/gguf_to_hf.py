@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Convert a GGUF model (Llama, Qwen2, Qwen3; byte-level BPE tokenizer) into a Hugging Face
-model directory, for testing invar's `--model DIR` path against its GGUF path.
+"""Convert a GGUF model (Llama, Qwen2, Qwen3, Qwen3-MoE; byte-level BPE tokenizer) into a Hugging
+Face model directory, for testing invar's `--model DIR` path against its GGUF path.
 
 Writes config.json, model.safetensors (or --shards N files plus
 model.safetensors.index.json), tokenizer.json, tokenizer_config.json and
 generation_config.json with the `safetensors` and `tokenizers` packages.  Weights are
 dequantised (gguf.quants) and stored as --dtype (F32, F16 or BF16); Llama's q/k rows go
-back from GGUF's interleaved rotary pairs to HF's rotate-half order.
+back from GGUF's interleaved rotary pairs to HF's rotate-half order. qwen3moe becomes
+model_type qwen3_moe: the router ffn_gate_inp is mlp.gate, and each 3-D expert stack
+ffn_{gate,up,down}_exps [n_expert][rows][cols] is split into one matrix per expert,
+mlp.experts.E.{gate,up,down}_proj, as transformers writes Qwen3-MoE checkpoints.
 
 --gguf-out PATH also writes a GGUF whose tensors hold exactly the stored values (same
 dtype, GGUF layout) and whose metadata is the source's: invar must give the same logits
@@ -37,7 +40,9 @@ from gguf import GGMLQuantizationType as QT
 import safetensors
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-ARCH_CLASS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCH_CLASS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+              "qwen3moe": "Qwen3MoeForCausalLM"}
+MODEL_TYPE = {"qwen3moe": "qwen3_moe"}  # else the GGUF architecture name
 DTYPES = {"F32": (QT.F32, "float32"), "F16": (QT.F16, "float16"), "BF16": (QT.BF16, "bfloat16")}
 TOKTYPE_CONTROL, TOKTYPE_USER_DEFINED, TOKTYPE_UNUSED = 3, 4, 5
 
@@ -55,7 +60,11 @@ LAYER_NAMES = {
     "attn_v.bias": "self_attn.v_proj.bias", "attn_q_norm.weight": "self_attn.q_norm.weight",
     "attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "mlp.gate.weight",
 }
+# 3-D expert stacks: one HF matrix per expert
+EXPERT_NAMES = {"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj",
+                "ffn_down_exps.weight": "down_proj"}
 
 
 def hf_name(name: str) -> str:
@@ -121,25 +130,35 @@ def llama3_rope_factors(rope_theta: float, n_rot: int, rope: dict) -> np.ndarray
 
 
 def convert_weights(meta: Meta, dtype: str):
-    """[(gguf name, gguf-layout bytes array, hf name, hf-layout bytes array, logical shape)]."""
+    """([(gguf name, gguf-layout bytes array)], [(hf name, hf-layout bytes array, logical shape)]),
+    and the embedding's rows."""
     n_head, n_head_kv = meta.hp("attention.head_count"), meta.hp("attention.head_count_kv")
-    out = []
+    gg, hf_out, n_vocab = [], [], None
     for t in meta.reader.tensors:
         if t.name == "rope_freqs.weight":
             continue  # not a Hugging Face weight: config.json's rope_scaling says it (write_gguf adds it back)
         # A plain copy first: gguf.quants over the reader's memmap is many times slower.
         values = gguf.quants.dequantize(np.array(t.data), t.tensor_type)  # logical shape, rows first
         raw = stored_bytes(values, dtype)
+        gg.append((t.name, raw))
+        if t.name == "token_embd.weight":
+            n_vocab = values.shape[0]
+        _, layer, rest = (t.name.split(".", 2) + ["", ""])[:3]
+        if rest in EXPERT_NAMES:  # values [n_expert][rows][cols]
+            for e in range(values.shape[0]):
+                hf_out.append((f"model.layers.{layer}.mlp.experts.{e}.{EXPERT_NAMES[rest]}.weight",
+                               np.ascontiguousarray(raw[e]), values.shape[1:]))
+            continue
         hf = raw
         if meta.arch == "llama" and t.name.endswith((".attn_q.weight", ".attn_k.weight")):
             hf = unpermute(raw, n_head if ".attn_q." in t.name else n_head_kv)
-        out.append((t.name, raw, hf_name(t.name), np.ascontiguousarray(hf), values.shape))
-    return out
+        hf_out.append((hf_name(t.name), np.ascontiguousarray(hf), values.shape))
+    return gg, hf_out, n_vocab
 
 
 def write_safetensors(out_dir: str, tensors, dtype: str, shards: int) -> None:
     st_dtype = DTYPES[dtype][1]
-    arrays = {hf: (arr, shape) for _, _, hf, arr, shape in tensors}  # kept alive while serialising
+    arrays = {hf: (arr, shape) for hf, arr, shape in tensors}  # kept alive while serialising
     entries = {hf: safetensors.TensorSpec(dtype=st_dtype, shape=list(shape), data_ptr=arr.ctypes.data,
                                                  data_len=arr.nbytes)
                for hf, (arr, shape) in arrays.items()}
@@ -221,7 +240,7 @@ def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int,
                  llama3_rope: dict | None = None) -> None:
     n_embd, n_head = meta.hp("embedding_length"), meta.hp("attention.head_count")
     cfg = {
-        "architectures": [ARCH_CLASS[meta.arch]], "model_type": meta.arch,
+        "architectures": [ARCH_CLASS[meta.arch]], "model_type": MODEL_TYPE.get(meta.arch, meta.arch),
         "hidden_size": n_embd, "intermediate_size": meta.hp("feed_forward_length"),
         "num_hidden_layers": meta.hp("block_count"), "num_attention_heads": n_head,
         "num_key_value_heads": meta.hp("attention.head_count_kv", n_head),
@@ -233,10 +252,19 @@ def write_config(meta: Meta, out_dir: str, dtype: str, tied: bool, n_vocab: int,
         "hidden_act": "silu", "tie_word_embeddings": tied, "vocab_size": n_vocab,
         "torch_dtype": DTYPES[dtype][1], **ids,
     }
-    if meta.arch in ("llama", "qwen3"):
+    if meta.arch in ("llama", "qwen3", "qwen3moe"):
         cfg["attention_bias"] = False
-    if meta.arch in ("qwen2", "qwen3"):
+    if meta.arch in ("qwen2", "qwen3", "qwen3moe"):
         cfg["use_sliding_window"] = False
+    if meta.arch == "qwen3moe":
+        if cfg["intermediate_size"] is None:
+            del cfg["intermediate_size"]  # no dense layer uses it
+        cfg.update(num_experts=meta.hp("expert_count"), num_experts_per_tok=meta.hp("expert_used_count"),
+                   moe_intermediate_size=meta.hp("expert_feed_forward_length"),
+                   # absent from a GGUF: llama.cpp and invar normalise; transformers' default is false
+                   norm_topk_prob=bool(meta.hp("expert_weights_norm", True)),
+                   decoder_sparse_step=1, mlp_only_layers=[],
+                   output_router_logits=False, router_aux_loss_coef=0.001)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
@@ -252,7 +280,7 @@ def write_gguf(meta: Meta, path: str, tensors, dtype: str, rope_freqs: np.ndarra
         w.add_key_value(key, field.contents(), vtype, sub_type=sub)
     w.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                      "BF16": gguf.LlamaFileType.MOSTLY_BF16}[dtype])
-    for name, raw, _, _, _ in tensors:
+    for name, raw in tensors:
         w.add_tensor(name, raw, raw_dtype=DTYPES[dtype][0])
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", rope_freqs, raw_dtype=QT.F32)
@@ -275,10 +303,9 @@ def convert(src: str, out_dir: str, dtype: str = "BF16", shards: int = 1, gguf_o
     if meta.get("tokenizer.ggml.model") != "gpt2":
         raise SystemExit("only byte-level BPE (gpt2) tokenizers convert")
     os.makedirs(out_dir, exist_ok=True)
-    tensors = convert_weights(meta, dtype)
+    tensors, hf_tensors, n_vocab = convert_weights(meta, dtype)
     names = {t[0] for t in tensors}
-    n_vocab = next(shape[0] for name, _, _, _, shape in tensors if name == "token_embd.weight")
-    write_safetensors(out_dir, tensors, dtype, shards)
+    write_safetensors(out_dir, hf_tensors, dtype, shards)
     ids = write_tokenizer(meta, out_dir)
     write_config(meta, out_dir, dtype, "output.weight" not in names, n_vocab, ids, llama3_rope)
     if gguf_out:

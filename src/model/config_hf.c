@@ -1,7 +1,8 @@
 /* Hyperparameters of a Hugging Face model directory, from config.json: the same
  * model_config and bounds as GGUF metadata gives (config.h). What the forward pass does not
  * implement (other architectures, rope scaling other than linear and llama3, sliding windows, biases
- * Llama/Qwen3 do not have) is refused by name rather than run differently. */
+ * Llama/Qwen3 do not have, qwen3_moe layers made dense) is refused by name rather than run
+ * differently. Keys that only matter for training are not read (docs/models.md lists them). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,11 +49,22 @@ static bool get_bool(const cJSON *o, const char *key, bool def) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
 }
 
+/* A boolean that must be one when present (a MoE key read as true when it says "false"
+ * would change every routed token). */
+static int get_strict_bool(const cJSON *o, const char *key, bool def, bool *out, char *err, size_t errlen) {
+    const cJSON *v = item(o, key);
+    if (v && !cJSON_IsBool(v)) FAIL("%s must be true or false", key);
+    *out = v ? cJSON_IsTrue(v) : def;
+    return 0;
+}
+
 static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
-    static const struct { const char *type, *cls; model_arch arch; } archs[] = {
-        {"llama", "LlamaForCausalLM", ARCH_LLAMA},
-        {"qwen2", "Qwen2ForCausalLM", ARCH_QWEN2},
-        {"qwen3", "Qwen3ForCausalLM", ARCH_QWEN3},
+    /* name: invar's architecture name, the one its GGUF conversion has */
+    static const struct { const char *type, *cls, *name; model_arch arch; } archs[] = {
+        {"llama", "LlamaForCausalLM", "llama", ARCH_LLAMA},
+        {"qwen2", "Qwen2ForCausalLM", "qwen2", ARCH_QWEN2},
+        {"qwen3", "Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
+        {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", ARCH_QWEN3MOE},
     };
     const char *type = cJSON_GetStringValue(item(cfg, "model_type"));
     if (!type) FAIL("missing model_type");
@@ -64,10 +76,10 @@ static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen
             FAIL("architectures[0] '%.60s' is not %s (only causal LM checkpoints are supported)", cls ? cls : "?",
                  archs[k].cls);
         c->arch = archs[k].arch;
-        snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[k].type);
+        snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[k].name);
         return 0;
     }
-    FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3)", type);
+    FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3, qwen3_moe)", type);
 }
 
 /* Llama-3.1's rope_scaling: all four numbers are required (as transformers requires them). */
@@ -116,7 +128,8 @@ static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen
 static int read_dims(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
     if (get_int(cfg, "num_hidden_layers", 1, MODEL_MAX_LAYERS, true, 0, &c->n_layer, err, errlen) ||
         get_int(cfg, "hidden_size", 1, MODEL_MAX_EMBD, true, 0, &c->n_embd, err, errlen) ||
-        get_int(cfg, "intermediate_size", 1, MODEL_MAX_FF, true, 0, &c->n_ff, err, errlen) ||
+        /* qwen3_moe: only dense layers would use it, and there are none (read_moe) */
+        get_int(cfg, "intermediate_size", 1, MODEL_MAX_FF, c->arch != ARCH_QWEN3MOE, 0, &c->n_ff, err, errlen) ||
         get_int(cfg, "num_attention_heads", 1, MODEL_MAX_HEADS, true, 0, &c->n_head, err, errlen) ||
         get_int(cfg, "num_key_value_heads", 1, c->n_head, false, c->n_head, &c->n_head_kv, err, errlen) ||
         get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, 2048, &c->n_ctx_train, err, errlen))
@@ -131,6 +144,45 @@ static int read_dims(const cJSON *cfg, model_config *c, char *err, size_t errlen
     c->n_rot = c->head_dim;
     c->head_dim_v = c->head_dim;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    return 0;
+}
+
+/* The routing of qwen3_moe (transformers' Qwen3MoeSparseMoeBlock): every layer routed, softmax
+ * over num_experts router logits, the top num_experts_per_tok, renormalised to sum 1 when
+ * norm_topk_prob (transformers' default: false), no shared expert; config.h's fields as
+ * config.c fills them from a qwen3moe GGUF. transformers makes layer l dense when l is in
+ * mlp_only_layers or (l + 1) % decoder_sparse_step != 0: no such layer is implemented, so
+ * either is refused. Dense arches must not name experts (Mixtral is model_type "mixtral"). */
+static int read_moe(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    c->gating = GATING_SOFTMAX;
+    c->n_group = c->n_group_used = 1;
+    c->expert_weights_scale = 1.0f;
+    if (c->arch != ARCH_QWEN3MOE) {
+        const cJSON *n = item(cfg, "num_experts");
+        if (n && !(cJSON_IsNumber(n) && n->valuedouble == 0))
+            FAIL("num_experts is not supported for %s (mixture of experts: qwen3_moe)", c->arch_name);
+        return 0;
+    }
+    c->n_ff = 0; /* intermediate_size, if given (bounded above), is a dense FFN qwen3_moe does not have */
+    if (get_int(cfg, "num_experts", 2, MODEL_MAX_EXPERTS, true, 0, &c->n_expert, err, errlen) ||
+        get_int(cfg, "num_experts_per_tok", 1,
+                c->n_expert < MODEL_MAX_EXPERTS_USED ? c->n_expert : MODEL_MAX_EXPERTS_USED, true, 0,
+                &c->n_expert_used, err, errlen) ||
+        get_int(cfg, "moe_intermediate_size", 1, MODEL_MAX_FF, true, 0, &c->n_ff_exp, err, errlen) ||
+        get_strict_bool(cfg, "norm_topk_prob", false, &c->expert_weights_norm, err, errlen))
+        return -1;
+    int64_t step;
+    if (get_int(cfg, "decoder_sparse_step", 1, MODEL_MAX_LAYERS, false, 1, &step, err, errlen)) return -1;
+    if (step != 1)
+        FAIL("decoder_sparse_step %lld makes some layers dense (only 1, every layer routed, is supported)",
+             (long long)step);
+    const cJSON *dense = item(cfg, "mlp_only_layers");
+    if (dense && !cJSON_IsArray(dense)) FAIL("mlp_only_layers must be a list of layer numbers");
+    if (cJSON_GetArraySize(dense) > 0)
+        FAIL("mlp_only_layers is not empty: dense layers in a qwen3_moe model are not supported");
+    const cJSON *shared = item(cfg, "shared_expert_intermediate_size");
+    if (shared && !(cJSON_IsNumber(shared) && shared->valuedouble == 0))
+        FAIL("shared_expert_intermediate_size: qwen3_moe has no shared experts (qwen2_moe is not supported)");
     return 0;
 }
 
@@ -152,7 +204,7 @@ int model_config_read_hf(const cJSON *cfg, model_config *c, bool *tied, int64_t 
     memset(c, 0, sizeof *c);
     if (!cJSON_IsObject(cfg)) FAIL("not a JSON object");
     if (read_arch(cfg, c, err, errlen) || read_dims(cfg, c, err, errlen) || read_rope(cfg, c, err, errlen) ||
-        refuse_variants(cfg, c, err, errlen) ||
+        read_moe(cfg, c, err, errlen) || refuse_variants(cfg, c, err, errlen) ||
         get_float(cfg, "rms_norm_eps", 0.0, 1.0, 1e-6f, &c->rms_eps, err, errlen) ||
         get_int(cfg, "vocab_size", 1, INT32_MAX / 2, false, 0, vocab_size, err, errlen))
         return -1;

@@ -16,7 +16,9 @@ struct hf_weights {
     void **owned;         /* row-permuted copies (Llama q/k) */
 };
 
-enum { ANY = 0, ONLY_QWEN2 = 1, ONLY_QWEN3 = 2 };
+/* Which architectures have a tensor: QK-norm is Qwen3's (dense and MoE); a MoE layer has a
+ * router and experts instead of the dense FFN. */
+enum { ANY = 0, ONLY_QWEN2 = 1, ONLY_QK_NORM = 2, ONLY_DENSE = 3, ONLY_MOE = 4 };
 
 /* HF name (after "model.layers.<i>.") -> GGUF name (after "blk.<i>."). */
 static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
@@ -29,12 +31,16 @@ static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
     {"self_attn.q_proj.bias", "attn_q.bias", ONLY_QWEN2},
     {"self_attn.k_proj.bias", "attn_k.bias", ONLY_QWEN2},
     {"self_attn.v_proj.bias", "attn_v.bias", ONLY_QWEN2},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", ONLY_QWEN3},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", ONLY_QWEN3},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", ANY},
-    {"mlp.up_proj.weight", "ffn_up.weight", ANY},
-    {"mlp.down_proj.weight", "ffn_down.weight", ANY},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", ONLY_QK_NORM},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", ONLY_QK_NORM},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", ONLY_DENSE},
+    {"mlp.up_proj.weight", "ffn_up.weight", ONLY_DENSE},
+    {"mlp.down_proj.weight", "ffn_down.weight", ONLY_DENSE},
+    {"mlp.gate.weight", "ffn_gate_inp.weight", ONLY_MOE},
 };
+
+/* "mlp.experts.<e>.<proj>" -> "ffn_<kind>_exps.<e>.weight" (hf_weights.h). */
+static const char *const k_expert_proj[3] = {"gate", "up", "down"};
 
 static const struct { const char *hf, *gguf; } k_global_names[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
@@ -43,21 +49,43 @@ static const struct { const char *hf, *gguf; } k_global_names[] = {
 };
 
 static bool arch_has(const model_config *c, int only) {
-    return only == ANY || (only == ONLY_QWEN2 && c->arch == ARCH_QWEN2) || (only == ONLY_QWEN3 && c->arch == ARCH_QWEN3);
+    switch (only) {
+    case ONLY_QWEN2: return c->arch == ARCH_QWEN2;
+    case ONLY_QK_NORM: return c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
+    case ONLY_DENSE: return c->n_expert == 0;
+    case ONLY_MOE: return c->n_expert > 0;
+    default: return true;
+    }
 }
 
-/* "model.layers.<i>.<rest>" with a plain decimal i below n_layer. */
-static bool split_layer(const char *s, int64_t n_layer, int64_t *il, const char **rest) {
-    static const char prefix[] = "model.layers.";
-    if (strncmp(s, prefix, sizeof prefix - 1)) return false;
-    const char *p = s + sizeof prefix - 1;
+/* "<prefix><i>.<rest>" with a plain decimal i (no sign, no leading 0: one name per index, so
+ * no weight can be given twice under two spellings) below n. */
+static bool split_index(const char *s, const char *prefix, int64_t n, int64_t *i, const char **rest) {
+    size_t k = strlen(prefix);
+    if (strncmp(s, prefix, k)) return false;
+    const char *p = s + k;
     int64_t v = 0;
     const char *d = p;
     while (*d >= '0' && *d <= '9' && d - p < 6) v = v * 10 + (*d++ - '0');
-    if (d == p || *d != '.' || (d - p > 1 && *p == '0') || v >= n_layer) return false;
-    *il = v;
+    if (d == p || *d != '.' || (d - p > 1 && *p == '0') || v >= n) return false;
+    *i = v;
     *rest = d + 1;
     return true;
+}
+
+/* A routed layer's "mlp.experts.<e>.<kind>_proj.weight" with e below n_expert. */
+static bool expert_name(const model_config *c, const char *rest, int64_t *e, int *kind) {
+    const char *proj;
+    if (!c->n_expert || !split_index(rest, "mlp.experts.", c->n_expert, e, &proj)) return false;
+    for (int k = 0; k < 3; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "%s_proj.weight", k_expert_proj[k]);
+        if (!strcmp(proj, want)) {
+            *kind = k;
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -74,14 +102,19 @@ static int gguf_name(const model_config *c, bool tied, const char *hf, char *out
             snprintf(out, cap, "%s", k_global_names[k].gguf);
             return 0;
         }
-    int64_t il;
+    int64_t il, e;
+    int kind;
     const char *rest;
-    if (split_layer(hf, c->n_layer, &il, &rest))
-        for (size_t k = 0; k < sizeof k_layer_names / sizeof *k_layer_names; k++)
-            if (!strcmp(rest, k_layer_names[k].hf) && arch_has(c, k_layer_names[k].only)) {
-                snprintf(out, cap, "blk.%lld.%s", (long long)il, k_layer_names[k].gguf);
-                return 0;
-            }
+    if (!split_index(hf, "model.layers.", c->n_layer, &il, &rest)) return -1;
+    for (size_t k = 0; k < sizeof k_layer_names / sizeof *k_layer_names; k++)
+        if (!strcmp(rest, k_layer_names[k].hf) && arch_has(c, k_layer_names[k].only)) {
+            snprintf(out, cap, "blk.%lld.%s", (long long)il, k_layer_names[k].gguf);
+            return 0;
+        }
+    if (expert_name(c, rest, &e, &kind)) {
+        hf_weights_expert_name(il, kind, e, false, out, cap);
+        return 0;
+    }
     return -1;
 }
 
@@ -124,6 +157,21 @@ static int add_view(hf_weights *w, const model_config *c, const st_tensor *t, co
     return 0;
 }
 
+/* Every expert of every layer is there (each at most once: names map one to one). */
+static int check_experts(const hf_weights *w, const model_config *c, char *err, size_t errlen) {
+    for (int64_t il = 0; il < c->n_layer; il++)
+        for (int64_t e = 0; e < c->n_expert; e++)
+            for (int k = 0; k < 3; k++) {
+                char name[96];
+                hf_weights_expert_name(il, k, e, false, name, sizeof name);
+                if (hf_weights_find(w, name)) continue;
+                hf_weights_expert_name(il, k, e, true, name, sizeof name);
+                FAIL("tensor %s is missing (num_experts %lld: experts 0 to %lld of every layer are needed)", name,
+                     (long long)c->n_expert, (long long)(c->n_expert - 1));
+            }
+    return 0;
+}
+
 static int map_all(hf_weights *w, const model_config *c, bool tied, char *err, size_t errlen) {
     int64_t n = st_set_n_tensors(w->set);
     w->views = calloc((size_t)(n ? n : 1), sizeof *w->views);
@@ -139,7 +187,7 @@ static int map_all(hf_weights *w, const model_config *c, bool tied, char *err, s
     qsort(w->views, (size_t)w->n, sizeof *w->views, cmp_view);
     if (!tied && !hf_weights_find(w, "output.weight"))
         FAIL("lm_head.weight is missing and tie_word_embeddings is false");
-    return 0;
+    return check_experts(w, c, err, errlen);
 }
 
 int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen) {
@@ -162,6 +210,14 @@ void hf_weights_close(hf_weights *w) {
     free(w->owned);
     st_set_close(w->set);
     free(w);
+}
+
+void hf_weights_expert_name(int64_t il, int kind, int64_t e, bool hf, char *out, size_t cap) {
+    if (hf)
+        snprintf(out, cap, "model.layers.%lld.mlp.experts.%lld.%s_proj.weight", (long long)il, (long long)e,
+                 k_expert_proj[kind]);
+    else
+        snprintf(out, cap, "blk.%lld.ffn_%s_exps.%lld.weight", (long long)il, k_expert_proj[kind], (long long)e);
 }
 
 const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name) {

@@ -4,6 +4,7 @@
 #define INVAR_HF_WEIGHTS_H
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "formats/gguf.h"
 #include "model/config.h"
@@ -19,5 +20,12 @@ typedef struct hf_weights hf_weights;
 int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen);
 void hf_weights_close(hf_weights *w);
 const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name); /* NULL if absent */
+
+/* Mixture of experts (qwen3_moe): HF stores each expert's projections as its own matrix, where
+ * a GGUF stacks them in one 3-D ffn_<kind>_exps tensor. Expert e of layer il is the view
+ * "blk.<il>.ffn_<kind>_exps.<e>.weight" (kind 0 gate, 1 up, 2 down), a 2-D matrix in the
+ * mapping like any other (never copied: the loader takes per-expert pointers); hf_weights_open
+ * has checked every one of them is present. hf: the HF name instead. */
+void hf_weights_expert_name(int64_t il, int kind, int64_t e, bool hf, char *out, size_t cap);
 
 #endif

@@ -77,8 +77,36 @@ static int bind_stack(model *m, cpu_weight **out, const char *name, int64_t k, i
     return 0;
 }
 
-static int bind_experts(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, char *err, size_t errlen) {
-    return bind_stack(m, out, name, k, n, m->cfg.n_expert, err, errlen);
+/* A Hugging Face directory's experts, each its own matrix (hf_weights.h): the same per-expert
+ * views as bind_stack makes of a GGUF's stack, pointing into the mapping, nothing copied. */
+static int bind_hf_experts(model *m, cpu_weight **out, int64_t il, int kind, int64_t k, int64_t n, char *err,
+                           size_t errlen) {
+    *out = calloc((size_t)m->cfg.n_expert, sizeof **out);
+    if (!*out) FAIL("out of memory");
+    for (int64_t e = 0; e < m->cfg.n_expert; e++) {
+        char nm[96], hf[96];
+        hf_weights_expert_name(il, kind, e, false, nm, sizeof nm);
+        hf_weights_expert_name(il, kind, e, true, hf, sizeof hf);
+        const gguf_tensor *t = find(m, nm);
+        if (!t) FAIL("missing tensor %s", hf);
+        char e2[200];
+        if (t->n_dims != 2 || check_shape(t, k, n, e2, sizeof e2))
+            FAIL("tensor %s has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", hf,
+                 (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)t->ne[0], (unsigned)t->n_dims, (long long)n,
+                 (long long)k);
+        if (cpu_weight_view(&(*out)[e], t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", hf, e2);
+    }
+    return 0;
+}
+
+/* kind: 0 gate, 1 up, 2 down (hf_weights.h) */
+static int bind_experts(model *m, cpu_weight **out, int64_t il, int kind, int64_t k, int64_t n, char *err,
+                        size_t errlen) {
+    static const char *const stacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    if (m->hf) return bind_hf_experts(m, out, il, kind, k, n, err, errlen);
+    char nm[96];
+    snprintf(nm, sizeof nm, "blk.%lld.%s.weight", (long long)il, stacks[kind]);
+    return bind_stack(m, out, nm, k, n, m->cfg.n_expert, err, errlen);
 }
 
 static int load_moe(model *m, layer_weights *L, int64_t il, char *err, size_t errlen) {
@@ -87,9 +115,9 @@ static int load_moe(model *m, layer_weights *L, int64_t il, char *err, size_t er
     char nm[96];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
     if (bind_matrix(m, &L->router, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, err, errlen) ||
-        bind_experts(m, &L->exp_gate, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
-        bind_experts(m, &L->exp_up, NAME("ffn_up_exps.weight"), c->n_embd, c->n_ff_exp, err, errlen) ||
-        bind_experts(m, &L->exp_down, NAME("ffn_down_exps.weight"), c->n_ff_exp, c->n_embd, err, errlen))
+        bind_experts(m, &L->exp_gate, il, 0, c->n_embd, c->n_ff_exp, err, errlen) ||
+        bind_experts(m, &L->exp_up, il, 1, c->n_embd, c->n_ff_exp, err, errlen) ||
+        bind_experts(m, &L->exp_down, il, 2, c->n_ff_exp, c->n_embd, err, errlen))
         return -1;
     if (c->arch == ARCH_DEEPSEEK2 &&
         load_vector(m, &L->exp_probs_b, NAME("exp_probs_b.bias"), c->n_expert, 0, err, errlen))

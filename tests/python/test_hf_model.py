@@ -10,6 +10,11 @@ models, with a GGUF of exactly the stored values beside each. Checked:
     directory whose Llama q/k rows were left in GGUF order differs (the rotary layout is
     really exercised);
   * generate, batch and score give the GGUF's results; serve runs from the directory;
+  * qwen3_moe (the synthetic qwen3moe model, one matrix per expert as transformers writes
+    it): logits equal the GGUF's bit for bit (F32, BF16), the experts are really taken by
+    index (two swapped experts change the logits) and norm_topk_prob is read; generate and
+    batch work; a missing or surplus expert and config keys that would make layers dense
+    are refused by name;
   * broken or unsupported directories (hostile safetensors headers, wrong dtypes, tensors
     that belong nowhere, unsupported tokenizer or config features) fail with a clear error.
 """
@@ -35,6 +40,7 @@ gguf_to_hf = pytest.importorskip("gguf_to_hf")
 pytestmark = pytest.mark.skipif(not INVAR_BIN.exists(), reason=f"{INVAR_BIN} not built")
 
 TOKENS = "1,2,3,400,5000,19556,905,216,33,34,35,28,1085,17,9,42"
+MOE_TOKENS = "1,2,3,400,3000,1956,905,216,33,34,35,28,1085,17,9,42"  # within the synthetic 4096 tokens
 
 
 def run(args, stdin=None, timeout=600):
@@ -311,6 +317,145 @@ def test_llama3_rope_scaling_matches_gguf(llama_dir, tmp_path):
         p = run(["tokenize", "--model", str(d), "hi"])
         assert p.returncode == 3 and want in p.stderr, p.stderr
         edit_json(d, "config.json", lambda j: j["rope_parameters"].update(LLAMA3_ROPE))
+
+
+# ---------------------------------------------------------------- qwen3_moe
+
+
+@pytest.fixture(scope="module")
+def moe_dir(tmp_path_factory, synthetic_model):
+    """(directory, GGUF with the same stored values) of the synthetic qwen3moe model, F32
+    (a lossless conversion: the source GGUF holds the same values too)."""
+    d = tmp_path_factory.mktemp("hf_moe")
+    gguf_to_hf.convert(str(synthetic_model("qwen3moe-F32")), str(d / "moe"), "F32", gguf_out=str(d / "moe.gguf"))
+    return d / "moe", d / "moe.gguf"
+
+
+def expert(layer, e, proj):
+    return f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"
+
+
+def test_qwen3moe_layout(moe_dir):
+    d, _ = moe_dir
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "qwen3_moe" and cfg["architectures"] == ["Qwen3MoeForCausalLM"]
+    raw = (d / "model.safetensors").read_bytes()
+    h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    n, layers = cfg["num_experts"], cfg["num_hidden_layers"]
+    names = {expert(L, e, p) for L in range(layers) for e in range(n) for p in ("gate", "up", "down")}
+    assert names <= set(h) and not any("_exps" in k for k in h)
+    assert h[expert(0, 0, "down")]["shape"] == [cfg["hidden_size"], cfg["moe_intermediate_size"]]
+    assert h["model.layers.0.mlp.gate.weight"]["shape"] == [n, cfg["hidden_size"]]
+
+
+@pytest.mark.parametrize("dtype", ["F32", "BF16"])
+def test_qwen3moe_logits_bitwise(synthetic_model, moe_dir, tmp_path, dtype):
+    if dtype == "F32":
+        d, same = moe_dir
+        lossless = logits(synthetic_model("qwen3moe-F32"), tmp_path, MOE_TOKENS)  # the source: same values
+        assert logits(d, tmp_path, MOE_TOKENS) == lossless
+    else:
+        d, same = tmp_path / "hf", tmp_path / "same.gguf"
+        gguf_to_hf.convert(str(synthetic_model("qwen3moe-F32")), str(d), dtype, gguf_out=str(same))
+    assert logits(d, tmp_path, MOE_TOKENS) == logits(same, tmp_path, MOE_TOKENS)
+
+
+def test_qwen3moe_experts_and_norm_are_read(moe_dir, tmp_path):
+    """Controls: layer 0's experts 0 and 1 swapped (their data ranges exchanged in the header)
+    change the logits, so each expert is bound by its own index; norm_topk_prob false (the
+    GGUF normalises) changes them too."""
+    d0, same = moe_dir
+    base = logits(same, tmp_path, MOE_TOKENS)
+    d = tmp_path / "swapped"
+    shutil.copytree(d0, d)
+
+    def swap(h):
+        for p in ("gate", "up", "down"):
+            a, b = h[expert(0, 0, p)], h[expert(0, 1, p)]
+            a["data_offsets"], b["data_offsets"] = b["data_offsets"], a["data_offsets"]
+    rewrite_header(d, swap)
+    assert logits(d, tmp_path, MOE_TOKENS) != base
+    rewrite_header(d, swap)
+    assert logits(d, tmp_path, MOE_TOKENS) == base
+    edit_json(d, "config.json", lambda j: j.update(norm_topk_prob=False))
+    assert logits(d, tmp_path, MOE_TOKENS) != base
+
+
+def test_qwen3moe_generate_batch_match_gguf(moe_dir):
+    d, same = moe_dir
+    outs = {}
+    for m in (d, same):
+        g = run(["generate", "--model", str(m), "--max-tokens", "8", "The capital of France is"])
+        assert g.returncode == 0, g.stderr
+        req = [{"id": "c", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 5,
+                "temperature": 0.8, "seed": 7, "logprobs": 2},
+               {"id": "p", "prompt": "1, 2, 3,", "max_tokens": 5}]
+        b = run(["batch", "--model", str(m)], stdin="".join(json.dumps(r) + "\n" for r in req))
+        assert b.returncode == 0, b.stderr
+        outs[m] = (g.stdout, b.stdout)
+    assert outs[d] == outs[same]
+    assert outs[d][0].strip() and len(outs[d][1].splitlines()) == 2
+    assert all("error" not in json.loads(line) for line in outs[d][1].splitlines())
+
+
+def _add_tensor(name, like):
+    def edit(d: Path):
+        import safetensors.numpy as stn
+        w = stn.load_file(str(d / "model.safetensors"))
+        w[name] = np.zeros_like(w[like])
+        stn.save_file(w, str(d / "model.safetensors"))
+    return edit
+
+
+def _rename(old, new):
+    return lambda d: rewrite_header(d, lambda h: h.__setitem__(new, h.pop(old)))
+
+
+def _config(**kv):
+    return lambda d: edit_json(d, "config.json", lambda j: j.update(kv))
+
+
+def _transposed(name):
+    return lambda d: rewrite_header(d, lambda h: h[name].update(shape=h[name]["shape"][::-1]))
+
+
+MOE_REFUSED = {
+    "missing expert": (lambda d: rewrite_header(d, lambda h: h.pop(expert(1, 7, "down"))),
+                       f"tensor {expert(1, 7, 'down')} is missing (num_experts 8: experts 0 to 7"),
+    "expert past num_experts": (_add_tensor(expert(0, 8, "up"), expert(0, 0, "up")),
+                                f"'{expert(0, 8, 'up')}' has no place in invar's qwen3moe model"),
+    "expert index spelt twice": (_rename(expert(0, 1, "gate"), expert(0, "01", "gate")),
+                                 f"'{expert(0, '01', 'gate')}' has no place"),
+    "dense FFN in a MoE layer": (_add_tensor("model.layers.0.mlp.up_proj.weight", expert(0, 0, "up")),
+                                 "'model.layers.0.mlp.up_proj.weight' has no place"),
+    "missing router": (lambda d: rewrite_header(d, lambda h: h.pop("model.layers.0.mlp.gate.weight")),
+                       "missing tensor blk.0.ffn_gate_inp.weight"),
+    "expert shape": (_transposed(expert(1, 3, "gate")),
+                     f"tensor {expert(1, 3, 'gate')} has shape [128, 64] (2 dims), expected [64, 128]"),
+    "fewer experts in config": (_config(num_experts=4), f"'{expert(0, 4, 'down')}' has no place"),
+    "decoder_sparse_step": (_config(decoder_sparse_step=2), "decoder_sparse_step 2 makes some layers dense"),
+    "mlp_only_layers": (_config(mlp_only_layers=[1]), "mlp_only_layers is not empty"),
+    "mlp_only_layers type": (_config(mlp_only_layers=1), "mlp_only_layers must be a list"),
+    "num_experts_per_tok": (_config(num_experts_per_tok=9), "num_experts_per_tok must be an integer in [1, 8]"),
+    "num_experts": (_config(num_experts=1), "num_experts must be an integer in [2, 1024]"),
+    "num_experts missing": (_config(num_experts=None), "missing num_experts"),
+    "moe_intermediate_size": (_config(moe_intermediate_size=1 << 30), "moe_intermediate_size must be an integer in"),
+    "norm_topk_prob": (_config(norm_topk_prob="true"), "norm_topk_prob must be true or false"),
+    "shared experts": (_config(shared_expert_intermediate_size=64), "qwen3_moe has no shared experts"),
+    "architectures": (_config(architectures=["Qwen3ForCausalLM"]), "is not Qwen3MoeForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOE_REFUSED))
+def test_qwen3moe_refused(moe_dir, tmp_path, case):
+    edit, want = MOE_REFUSED[case]
+    err = broken(moe_dir, tmp_path, edit)
+    assert want in err, err
+
+
+def test_experts_on_a_dense_arch_refused(tiny_dir, tmp_path):
+    err = broken(tiny_dir, tmp_path, _config(num_experts=8))
+    assert "num_experts is not supported for qwen3 (mixture of experts: qwen3_moe)" in err, err
 
 
 # ---------------------------------------------------------------- commands
