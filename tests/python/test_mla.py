@@ -33,7 +33,6 @@ layer and YaRN.
 from __future__ import annotations
 
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -41,7 +40,7 @@ import pytest
 from conftest import INVAR_BIN
 from test_cli import GGUF_F32, GGUF_U32, patched_model, run
 from test_logits_reference import QUANT_TOL, TOLERANCES, check, compare, run_invar_logits, synthetic_tokens
-from test_moe import run_suite
+from test_moe import check_shape_refused, run_suite
 
 rf = pytest.importorskip("reference_forward")
 
@@ -152,18 +151,8 @@ def test_deepseek2_metadata_refused(synthetic_model, tmp_path):
 def test_deepseek2_tensor_shape_refused(synthetic_model, tmp_path):
     """attn_k_b claiming fewer heads than the metadata (its data still in the file)."""
     need_bin()
-    data = bytearray(synthetic_model("deepseek2-v3-Q4_1").read_bytes())
-    name = b"blk.2.attn_k_b.weight"
-    at = data.find(struct.pack("<Q", len(name)) + name)
-    assert at >= 0
-    dims = at + 8 + len(name)
-    assert struct.unpack_from("<I", data, dims)[0] == 3
-    struct.pack_into("<Q", data, dims + 4 + 16, 3)  # ne[2]: 4 heads -> 3
-    bad = tmp_path / "bad_shape.gguf"
-    bad.write_bytes(bytes(data))
-    p = run(["generate", "--model", str(bad), "--max-tokens", "1", "hi"], timeout=120)
-    assert p.returncode == 3, p.stderr
-    assert "blk.2.attn_k_b.weight has shape [32, 64, 3] (3 dims), expected [32, 64, 4]" in p.stderr, p.stderr
+    check_shape_refused(synthetic_model("deepseek2-v3-Q4_1"), tmp_path, b"blk.2.attn_k_b.weight", 3, 2, 3,  # 4 -> 3
+                        "blk.2.attn_k_b.weight has shape [32, 64, 3] (3 dims), expected [32, 64, 4]")
 
 
 def test_weight_updates_refused_on_deepseek2(synthetic_model):
