@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -159,12 +160,16 @@ def test_echo_cancelled_on_disconnect(serve):
     # prefill then takes several times the 0.05 s at which a waiting non-streaming call
     # looks at its client's socket (4 a step finished before the close was seen on a fast
     # machine).
-    proc, port = serve("--max-batch", "1", "--max-batch-tokens", "1")
+    proc, port = serve("--max-batch", "1", "--max-batch-tokens", "1", "--threads", "1")
     st, text = post(port, {"prompt": ids, "max_tokens": 1})  # cached: only the echo's prefill is left
     assert st == 200, text
     m0 = metrics(port)
     body = json.dumps(echo_body(ids)).encode()
     s = socket.create_connection(("127.0.0.1", port))
+    # Linger 0: close() resets the connection, which the server sees at its next look (a FIN
+    # alone could be a half-close: the server learns only from a failed write, up to a
+    # second later, by which time a fast machine has computed the whole prompt).
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     # Close as soon as the engine has started on it (a fixed sleep raced with a fast machine
