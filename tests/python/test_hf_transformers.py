@@ -114,3 +114,121 @@ def test_qwen3moe_norm_topk_prob_is_compared(qwen3moe, tmp_path):
         cfg["norm_topk_prob"] = True
         (d / "config.json").write_text(json.dumps(cfg))
     assert err > 100 * TOL, err
+
+
+# ---------------------------------------------------------------- deepseek_v3
+
+DS_BASE = dict(
+    vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+    first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+    num_experts_per_tok=3, n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+    kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, rope_theta=10000.0,
+    max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False, attn_implementation="eager")
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 0.707,
+        "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}
+# V3-like (query bottleneck, YaRN, rope_interleave) and V2-Lite-like (plain query, no scaling,
+# rope dims in halves): 3 layers, the first dense, 8 experts in 4 groups of which 2 are used,
+# top-3, one shared expert, v_head_dim != qk dims.
+DS_VARIANTS = {
+    "v3": dict(q_lora_rank=32, rope_scaling=YARN, rope_interleave=True),
+    "plain-halves": dict(q_lora_rank=None, rope_scaling=None, rope_interleave=False),
+}
+
+
+def build_deepseek(d: Path, tokenizer_gguf: Path, **kw):
+    torch.manual_seed(0)
+    cfg = transformers.DeepseekV3Config(**{**DS_BASE, **kw})
+    model = transformers.DeepseekV3ForCausalLM(cfg).float().eval()
+    randomise(model, 2)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # a buffer, not a parameter: biased selection differs from unbiased
+        for layer in model.model.layers[cfg.first_k_dense_replace:]:
+            b = layer.mlp.gate.e_score_correction_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=g))
+    return save(model, d, tokenizer_gguf), reference_logits(model)
+
+
+@pytest.fixture(scope="module")
+def deepseek(tmp_path_factory, synthetic_model):
+    root = tmp_path_factory.mktemp("tf_deepseek")
+    tok = synthetic_model("qwen3moe-F32")
+    return {name: build_deepseek(root / name, tok, **kw) for name, kw in DS_VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", list(DS_VARIANTS))
+def test_deepseek_v3_matches_transformers(deepseek, tmp_path, variant):
+    d, ref = deepseek[variant]
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "deepseek_v3" and cfg["architectures"] == ["DeepseekV3ForCausalLM"]
+    err = rel_rms(invar_logits(d, tmp_path), ref)
+    print(f"deepseek_v3 {variant}: rms relative error vs transformers {err:.3g}")
+    assert err < TOL, err
+
+
+def edited(d: Path, tmp_path: Path, name: str, config=None, drop=None) -> Path:
+    """A copy of d with config.json keys replaced (None: removed) or a tensor dropped."""
+    import shutil
+    out = tmp_path / name
+    shutil.copytree(d, out)
+    if config:
+        cfg = json.loads((out / "config.json").read_text())
+        for k, v in config.items():
+            if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+                cfg[k] = {**cfg[k], **v}
+            elif v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        (out / "config.json").write_text(json.dumps(cfg))
+    if drop:
+        from safetensors.numpy import load_file, save_file
+        t = load_file(str(out / "model.safetensors"))
+        del t[drop]
+        save_file(t, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+# Each changes what transformers would compute; reading the changed key must move invar's
+# logits far off the reference (the keys are really read, the test really sees rope and YaRN).
+DS_CONTROLS = {
+    "rope_interleave": {"rope_interleave": False},
+    "yarn mscale": {"rope_scaling": {"mscale": 1.0, "mscale_all_dim": 1.0}},
+    "yarn factor": {"rope_scaling": {"factor": 2.0}},
+    "routed_scaling_factor": {"routed_scaling_factor": 1.0},
+    "topk_group": {"topk_group": 4},
+}
+
+
+@pytest.mark.parametrize("case", list(DS_CONTROLS))
+def test_deepseek_v3_keys_are_compared(deepseek, tmp_path, case):
+    d, ref = deepseek["v3"]
+    err = rel_rms(invar_logits(edited(d, tmp_path, "m", config=DS_CONTROLS[case]), tmp_path), ref)
+    assert err > 100 * TOL, (case, err)
+
+
+DS_REFUSED = {
+    "missing expert": (dict(drop="model.layers.2.mlp.experts.7.up_proj.weight"),
+                       "tensor model.layers.2.mlp.experts.7.up_proj.weight is missing (8 experts"),
+    "missing bias": (dict(drop="model.layers.1.mlp.gate.e_score_correction_bias"),
+                     "tensor model.layers.1.mlp.gate.e_score_correction_bias is missing"),
+    "mscale": (dict(config={"rope_scaling": {"mscale": 1.0}}),
+               "mscale 1 and mscale_all_dim 0.707 must be equal and nonzero"),
+    "attention_factor": (dict(config={"rope_scaling": {"attention_factor": 1.2}}),
+                         "rope_scaling attention_factor is not supported"),
+    "beta_fast": (dict(config={"rope_scaling": {"beta_fast": 16}}), "rope_scaling beta_fast must be 32"),
+    "scoring_func": (dict(config={"scoring_func": "softmax"}), 'scoring_func must be "sigmoid"'),
+    "q_lora_rank absent": (dict(config={"q_lora_rank": None}), "missing q_lora_rank (null: queries without"),
+    "groups": (dict(config={"n_group": 3}), "n_routed_experts 8 is not a multiple of n_group 3"),
+    "kv_lora_rank": (dict(config={"kv_lora_rank": 1 << 20}), "kv_lora_rank must be an integer in [1, 574]"),
+    "num_key_value_heads": (dict(config={"num_key_value_heads": 2}), "num_key_value_heads 2 != num_attention_heads 4"),
+    "fp8": (dict(config={"quantization_config": {"quant_method": "fp8"}}), "quantization_config: quantized"),
+}
+
+
+@pytest.mark.parametrize("case", list(DS_REFUSED))
+def test_deepseek_v3_refused(deepseek, tmp_path, case):
+    d, _ = deepseek["v3"]
+    edit, message = DS_REFUSED[case]
+    p = run(["logits", "--model", str(edited(d, tmp_path, "m", **edit)), "--tokens", "1,2", "--out",
+             str(tmp_path / "x.bin")])
+    assert p.returncode != 0 and message in p.stderr, p.stderr
