@@ -224,6 +224,11 @@ DS_REFUSED = {
     "kv_lora_rank": (dict(config={"kv_lora_rank": 1 << 20}), "kv_lora_rank must be an integer in [1, 574]"),
     "num_key_value_heads": (dict(config={"num_key_value_heads": 2}), "num_key_value_heads 2 != num_attention_heads 4"),
     "fp8": (dict(config={"quantization_config": {"quant_method": "fp8"}}), "quantization_config: quantized"),
+    "deepseek_v2": (dict(config={"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"]}),
+                    "unsupported model_type 'deepseek_v2'"),
+    "mtp tensor past the layers": (dict(config={"num_nextn_predict_layers": 0, "num_hidden_layers": 2,
+                                                "first_k_dense_replace": 1}),
+                                   "tensor 'model.layers.2."),
 }
 
 
@@ -234,3 +239,14 @@ def test_deepseek_v3_refused(deepseek, tmp_path, case):
     p = run(["logits", "--model", str(edited(d, tmp_path, "m", **edit)), "--tokens", "1,2", "--out",
              str(tmp_path / "x.bin")])
     assert p.returncode != 0 and message in p.stderr, p.stderr
+
+
+def test_deepseek_v3_mtp_layers_skipped(deepseek, tmp_path):
+    """num_nextn_predict_layers: the layers stored after the last are skipped (DeepSeek-V3
+    keeps its multi-token-prediction module as model.layers.<num_hidden_layers>); the same
+    file without the key is refused (the mtp-tensor case of test_deepseek_v3_refused)."""
+    d, _ = deepseek["v3"]
+    out = edited(d, tmp_path, "m", config={"num_nextn_predict_layers": 1, "num_hidden_layers": 2})
+    p = run(["logits", "--model", str(out), "--tokens", "1,2", "--out", str(tmp_path / "x.bin")])
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "x.bin").stat().st_size == 2 * VOCAB * 4
