@@ -7,8 +7,8 @@ fixed), saved with save_pretrained (safetensors), and invar's logits on that dir
 compared with transformers' own forward on the same token ids. float32 on both sides, but a
 different summation order: agreement is asserted as a relative RMS error below TOL over all
 positions' logits (measured: 3e-7 to 5e-7); a wrong rope pairing, YaRN factor or routing
-rule gives errors of order 1e-1 (the controls below). The tokenizer files are the synthetic models' (vocab 4096): only
-the token ids matter here.
+rule gives errors of order 1e-1 (the controls below). The tokenizer files are the synthetic
+models' (vocab 4096): only the token ids matter here.
 """
 from __future__ import annotations
 
