@@ -197,7 +197,8 @@ static int refuse_variants(const cJSON *cfg, const model_config *c, char *err, s
         FAIL("attention_bias true is not supported for %s", c->arch_name);
     if (hf_get_bool(cfg, "mlp_bias", false)) FAIL("mlp_bias true is not supported");
     if (hf_get_bool(cfg, "use_sliding_window", false)) FAIL("use_sliding_window true is not supported");
-    if (hf_item(cfg, "quantization_config")) FAIL("quantization_config: quantized checkpoints (FP8, GPTQ, ...) are not supported");
+    if (hf_item(cfg, "quantization_config"))
+        FAIL("quantization_config: quantized checkpoints (FP8, GPTQ, ...) are not supported");
     const cJSON *prf = hf_item(cfg, "partial_rotary_factor");
     if (prf && (!cJSON_IsNumber(prf) || prf->valuedouble != 1.0)) FAIL("partial_rotary_factor != 1 is not supported");
     return 0;

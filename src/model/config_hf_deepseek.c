@@ -119,7 +119,8 @@ static int read_moe(const cJSON *cfg, model_config *c, char *err, size_t errlen)
     if (only(cfg, "scoring_func", "sigmoid", err, errlen) || only(cfg, "topk_method", "noaux_tc", err, errlen) ||
         hf_get_int(cfg, "moe_layer_freq", 1, MODEL_MAX_LAYERS, false, 1, &freq, err, errlen))
         return -1;
-    if (freq != 1) FAIL("moe_layer_freq %lld is not supported (1: every layer after the dense ones routed)", (long long)freq);
+    if (freq != 1)
+        FAIL("moe_layer_freq %lld is not supported (1: every layer after the dense ones routed)", (long long)freq);
     if (hf_get_int(cfg, "n_routed_experts", 2, MODEL_MAX_EXPERTS, true, 0, &c->n_expert, err, errlen) ||
         hf_get_int(cfg, "num_experts_per_tok", 1, min64(c->n_expert, MODEL_MAX_EXPERTS_USED), true, 0,
                    &c->n_expert_used, err, errlen) ||
