@@ -13,6 +13,7 @@ models' (vocab 4096): only the token ids matter here.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,9 @@ import pytest
 
 from conftest import INVAR_BIN
 
+if os.environ.get("INVAR_REQUIRE_TORCH") == "1":  # scripts/test.sh: fail rather than skip
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
