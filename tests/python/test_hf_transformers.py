@@ -6,7 +6,7 @@ there. Here a tiny model with random weights is built by transformers (torch, fl
 fixed), saved with save_pretrained (safetensors), and invar's logits on that directory are
 compared with transformers' own forward on the same token ids. float32 on both sides, but a
 different summation order: agreement is asserted as a relative RMS error below TOL over all
-positions' logits (measured: 3e-7 to 5e-7); a wrong rope pairing, YaRN factor or routing
+positions' logits (measured: 3e-7 to 5e-7, 2e-6 with BF16 weights); a wrong rope pairing, YaRN factor or routing
 rule gives errors of order 1e-1 (the controls below). The tokenizer files are the synthetic
 models' (vocab 4096): only the token ids matter here.
 """
@@ -131,16 +131,19 @@ DS_BASE = dict(
     max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False, attn_implementation="eager")
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": 0.707,
         "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}
-# V3-like (query bottleneck, YaRN, rope_interleave) and V2-Lite-like (plain query, no scaling,
-# rope dims in halves): 3 layers, the first dense, 8 experts in 4 groups of which 2 are used,
+# V3-like (query bottleneck, YaRN, rope_interleave; F32 and BF16) and V2-Lite-like (plain
+# query, no scaling, rope dims in halves): 3 layers, the first dense, 8 experts in 4 groups of which 2 are used,
 # top-3, one shared expert, v_head_dim != qk dims.
 DS_VARIANTS = {
     "v3": dict(q_lora_rank=32, rope_scaling=YARN, rope_interleave=True),
     "plain-halves": dict(q_lora_rank=None, rope_scaling=None, rope_interleave=False),
+    "v3-bf16": dict(q_lora_rank=32, rope_scaling=YARN, rope_interleave=True, bf16=True),
 }
 
 
-def build_deepseek(d: Path, tokenizer_gguf: Path, **kw):
+def build_deepseek(d: Path, tokenizer_gguf: Path, bf16=False, **kw):
+    """bf16: saved as BF16 (as released checkpoints are), the reference the float32 model of
+    the same rounded values."""
     torch.manual_seed(0)
     cfg = transformers.DeepseekV3Config(**{**DS_BASE, **kw})
     model = transformers.DeepseekV3ForCausalLM(cfg).float().eval()
@@ -150,7 +153,11 @@ def build_deepseek(d: Path, tokenizer_gguf: Path, **kw):
         for layer in model.model.layers[cfg.first_k_dense_replace:]:
             b = layer.mlp.gate.e_score_correction_bias
             b.copy_(0.1 * torch.randn(b.shape, generator=g))
-    return save(model, d, tokenizer_gguf), reference_logits(model)
+        if bf16:
+            for t in list(model.parameters()) + list(model.buffers()):
+                t.copy_(t.bfloat16().float())
+    ref = reference_logits(model)
+    return save(model.to(torch.bfloat16) if bf16 else model, d, tokenizer_gguf), ref
 
 
 @pytest.fixture(scope="module")
