@@ -64,6 +64,9 @@ typedef struct {
         int64_t q_lora, kv_lora, qk_nope, v_dim;
         bool split_kv_b;
     } mla;
+    /* Hugging Face DeepSeek-V3's num_nextn_predict_layers: multi-token-prediction layers after
+     * the last, which generation does not run (their tensors are skipped; 0 elsewhere). */
+    int64_t hf_mtp_layers;
     int64_t head_dim_v; /* value floats per KV head in the cache (head_dim but for MLA) */
     float attn_scale;   /* 1/sqrt(head_dim) but for MLA */
     /* YaRN rope scaling (deepseek2; factor 0: none): as llama.cpp runs it, frequencies

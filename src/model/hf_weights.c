@@ -16,27 +16,42 @@ struct hf_weights {
     void **owned;         /* row-permuted copies (Llama q/k) */
 };
 
-/* Which architectures have a tensor: QK-norm is Qwen3's (dense and MoE); a MoE layer has a
- * router and experts instead of the dense FFN. */
-enum { ANY = 0, ONLY_QWEN2 = 1, ONLY_QK_NORM = 2, ONLY_DENSE = 3, ONLY_MOE = 4 };
+/* Which layers have a tensor: QK-norm is Qwen3's (dense and MoE); a routed layer has a
+ * router and experts instead of the dense FFN (deepseek2: the layers after n_layer_dense,
+ * with the score-correction bias and shared experts); MLA (deepseek2) replaces q/k/v, its
+ * query straight (q_lora 0) or through the q_a/q_b bottleneck. */
+enum { ANY, ONLY_QWEN2, ONLY_QK_NORM, ONLY_DENSE, ONLY_MOE, ONLY_DS_MOE, ONLY_MLA, ONLY_Q_LORA, ONLY_Q_PLAIN,
+       NOT_MLA };
 
 /* HF name (after "model.layers.<i>.") -> GGUF name (after "blk.<i>."). */
 static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
     {"input_layernorm.weight", "attn_norm.weight", ANY},
     {"post_attention_layernorm.weight", "ffn_norm.weight", ANY},
-    {"self_attn.q_proj.weight", "attn_q.weight", ANY},
-    {"self_attn.k_proj.weight", "attn_k.weight", ANY},
-    {"self_attn.v_proj.weight", "attn_v.weight", ANY},
+    {"self_attn.q_proj.weight", "attn_q.weight", ONLY_Q_PLAIN},
+    {"self_attn.k_proj.weight", "attn_k.weight", NOT_MLA},
+    {"self_attn.v_proj.weight", "attn_v.weight", NOT_MLA},
     {"self_attn.o_proj.weight", "attn_output.weight", ANY},
     {"self_attn.q_proj.bias", "attn_q.bias", ONLY_QWEN2},
     {"self_attn.k_proj.bias", "attn_k.bias", ONLY_QWEN2},
     {"self_attn.v_proj.bias", "attn_v.bias", ONLY_QWEN2},
     {"self_attn.q_norm.weight", "attn_q_norm.weight", ONLY_QK_NORM},
     {"self_attn.k_norm.weight", "attn_k_norm.weight", ONLY_QK_NORM},
+    {"self_attn.q_a_proj.weight", "attn_q_a.weight", ONLY_Q_LORA},
+    {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight", ONLY_Q_LORA},
+    {"self_attn.q_b_proj.weight", "attn_q_b.weight", ONLY_Q_LORA},
+    {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", ONLY_MLA},
+    {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", ONLY_MLA},
+    /* kept merged: the loader splits it per head (model.c: split_kv_b), rows as transformers
+     * reads them, each head's qk_nope key rows then its v_head_dim value rows */
+    {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", ONLY_MLA},
     {"mlp.gate_proj.weight", "ffn_gate.weight", ONLY_DENSE},
     {"mlp.up_proj.weight", "ffn_up.weight", ONLY_DENSE},
     {"mlp.down_proj.weight", "ffn_down.weight", ONLY_DENSE},
     {"mlp.gate.weight", "ffn_gate_inp.weight", ONLY_MOE},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", ONLY_DS_MOE},
+    {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", ONLY_DS_MOE},
+    {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", ONLY_DS_MOE},
+    {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", ONLY_DS_MOE},
 };
 
 /* "mlp.experts.<e>.<proj>" -> "ffn_<kind>_exps.<e>.weight" (hf_weights.h). */
@@ -48,12 +63,20 @@ static const struct { const char *hf, *gguf; } k_global_names[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-static bool arch_has(const model_config *c, int only) {
+static bool routed(const model_config *c, int64_t il) { return c->n_expert > 0 && il >= c->n_layer_dense; }
+
+static bool layer_has(const model_config *c, int64_t il, int only) {
+    const bool mla = c->arch == ARCH_DEEPSEEK2;
     switch (only) {
     case ONLY_QWEN2: return c->arch == ARCH_QWEN2;
     case ONLY_QK_NORM: return c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
-    case ONLY_DENSE: return c->n_expert == 0;
-    case ONLY_MOE: return c->n_expert > 0;
+    case ONLY_DENSE: return !routed(c, il);
+    case ONLY_MOE: return routed(c, il);
+    case ONLY_DS_MOE: return mla && routed(c, il);
+    case ONLY_MLA: return mla;
+    case ONLY_Q_LORA: return mla && c->mla.q_lora > 0;
+    case ONLY_Q_PLAIN: return !mla || c->mla.q_lora == 0;
+    case NOT_MLA: return !mla;
     default: return true;
     }
 }
@@ -74,9 +97,9 @@ static bool split_index(const char *s, const char *prefix, int64_t n, int64_t *i
 }
 
 /* A routed layer's "mlp.experts.<e>.<kind>_proj.weight" with e below n_expert. */
-static bool expert_name(const model_config *c, const char *rest, int64_t *e, int *kind) {
+static bool expert_name(const model_config *c, int64_t il, const char *rest, int64_t *e, int *kind) {
     const char *proj;
-    if (!c->n_expert || !split_index(rest, "mlp.experts.", c->n_expert, e, &proj)) return false;
+    if (!routed(c, il) || !split_index(rest, "mlp.experts.", c->n_expert, e, &proj)) return false;
     for (int k = 0; k < 3; k++) {
         char want[32];
         snprintf(want, sizeof want, "%s_proj.weight", k_expert_proj[k]);
@@ -105,13 +128,14 @@ static int gguf_name(const model_config *c, bool tied, const char *hf, char *out
     int64_t il, e;
     int kind;
     const char *rest;
-    if (!split_index(hf, "model.layers.", c->n_layer, &il, &rest)) return -1;
+    if (!split_index(hf, "model.layers.", c->n_layer + c->hf_mtp_layers, &il, &rest)) return -1;
+    if (il >= c->n_layer) return 1; /* DeepSeek-V3's multi-token prediction (config.h: hf_mtp_layers) */
     for (size_t k = 0; k < sizeof k_layer_names / sizeof *k_layer_names; k++)
-        if (!strcmp(rest, k_layer_names[k].hf) && arch_has(c, k_layer_names[k].only)) {
+        if (!strcmp(rest, k_layer_names[k].hf) && layer_has(c, il, k_layer_names[k].only)) {
             snprintf(out, cap, "blk.%lld.%s", (long long)il, k_layer_names[k].gguf);
             return 0;
         }
-    if (expert_name(c, rest, &e, &kind)) {
+    if (expert_name(c, il, rest, &e, &kind)) {
         hf_weights_expert_name(il, kind, e, false, out, cap);
         return 0;
     }
@@ -159,16 +183,23 @@ static int add_view(hf_weights *w, const model_config *c, const st_tensor *t, co
 
 /* Every expert of every layer is there (each at most once: names map one to one). */
 static int check_experts(const hf_weights *w, const model_config *c, char *err, size_t errlen) {
-    for (int64_t il = 0; il < c->n_layer; il++)
+    for (int64_t il = c->n_layer_dense; il < c->n_layer; il++)
         for (int64_t e = 0; e < c->n_expert; e++)
             for (int k = 0; k < 3; k++) {
                 char name[96];
                 hf_weights_expert_name(il, k, e, false, name, sizeof name);
                 if (hf_weights_find(w, name)) continue;
                 hf_weights_expert_name(il, k, e, true, name, sizeof name);
-                FAIL("tensor %s is missing (num_experts %lld: experts 0 to %lld of every layer are needed)", name,
+                FAIL("tensor %s is missing (%lld experts: experts 0 to %lld of every routed layer are needed)", name,
                      (long long)c->n_expert, (long long)(c->n_expert - 1));
             }
+    /* transformers' DeepseekV3 always saves the selection bias (a GGUF may lack it: then 0) */
+    for (int64_t il = c->n_layer_dense; c->arch == ARCH_DEEPSEEK2 && il < c->n_layer; il++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%lld.exp_probs_b.bias", (long long)il);
+        if (!hf_weights_find(w, name))
+            FAIL("tensor model.layers.%lld.mlp.gate.e_score_correction_bias is missing", (long long)il);
+    }
     return 0;
 }
 

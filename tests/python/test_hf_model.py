@@ -421,7 +421,7 @@ def _transposed(name):
 
 MOE_REFUSED = {
     "missing expert": (lambda d: rewrite_header(d, lambda h: h.pop(expert(1, 7, "down"))),
-                       f"tensor {expert(1, 7, 'down')} is missing (num_experts 8: experts 0 to 7"),
+                       f"tensor {expert(1, 7, 'down')} is missing (8 experts: experts 0 to 7"),
     "expert past num_experts": (_add_tensor(expert(0, 8, "up"), expert(0, 0, "up")),
                                 f"'{expert(0, 8, 'up')}' has no place in invar's qwen3moe model"),
     "expert index spelt twice": (_rename(expert(0, 1, "gate"), expert(0, "01", "gate")),
