@@ -376,6 +376,13 @@ def default_embd_type(wtype: str) -> str:
     return wtype if wtype in ("F32", "F16", "BF16") else "Q8_0"
 
 
+def write_and_close(w: "gguf.GGUFWriter") -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1,
                separate_output: bool = False, shape: str = "tiny",
                embd_type: str | None = None,
@@ -497,10 +504,7 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     if separate_output:
         add("output.weight", n_vocab, d, 0.05, embd_type)
 
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     if not quiet:
         print(f"wrote {out}: arch={arch} shape={shape} n_embd={d} layers={s.n_layer} "
               f"head_dim={hd} types={used}", file=sys.stderr)
@@ -620,10 +624,7 @@ def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: 
     add_f32("output_norm.weight", norm_weight(d))
     if separate_output:
         add("output.weight", n_vocab, d, 0.05, embd_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     if not quiet:
         print(f"wrote {out}: arch={arch} gating={gating} q_lora={s.q_lora} type={wtype}", file=sys.stderr)
     return out

@@ -192,6 +192,18 @@ static int load_mla(model *m, layer_weights *L, int64_t il, char *err, size_t er
     return 0;
 }
 
+/* A dense SwiGLU FFN: gate and up [n_ff x n_embd], down [n_embd x n_ff]. */
+static int bind_dense_ffn(model *m, layer_weights *L, int64_t il, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)il), nm)
+    int rc = bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen) ||
+             bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen) ||
+             bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen);
+#undef NAME
+    return rc ? -1 : 0;
+}
+
 /* A deepseek2 layer: MLA, then a dense FFN (the leading layers) or a routed one. */
 static int load_layer_deepseek2(model *m, int64_t il, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
@@ -202,13 +214,8 @@ static int load_layer_deepseek2(model *m, int64_t il, char *err, size_t errlen) 
         load_vector(m, &L->ffn_norm, NAME("ffn_norm.weight"), c->n_embd, 1, err, errlen) ||
         load_mla(m, L, il, err, errlen))
         return -1;
-    if (il >= c->n_layer_dense) return load_moe(m, L, il, err, errlen);
-    if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen) ||
-        bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen) ||
-        bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen))
-        return -1;
 #undef NAME
-    return 0;
+    return il >= c->n_layer_dense ? load_moe(m, L, il, err, errlen) : bind_dense_ffn(m, L, il, err, errlen);
 }
 
 static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
@@ -224,13 +231,7 @@ static int load_layer(model *m, int64_t il, char *err, size_t errlen) {
     if (bind_matrix(m, &L->wk, NAME("attn_k.weight"), c->n_embd, kvd, err, errlen)) return -1;
     if (bind_matrix(m, &L->wv, NAME("attn_v.weight"), c->n_embd, kvd, err, errlen)) return -1;
     if (bind_matrix(m, &L->wo, NAME("attn_output.weight"), qd, c->n_embd, err, errlen)) return -1;
-    if (c->n_expert) {
-        if (load_moe(m, L, il, err, errlen)) return -1;
-    } else if (bind_matrix(m, &L->gate, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, err, errlen) ||
-               bind_matrix(m, &L->up, NAME("ffn_up.weight"), c->n_embd, c->n_ff, err, errlen) ||
-               bind_matrix(m, &L->down, NAME("ffn_down.weight"), c->n_ff, c->n_embd, err, errlen)) {
-        return -1;
-    }
+    if (c->n_expert ? load_moe(m, L, il, err, errlen) : bind_dense_ffn(m, L, il, err, errlen)) return -1;
     int need_bias = c->arch == ARCH_QWEN2;
     if (load_vector(m, &L->bq, NAME("attn_q.bias"), qd, need_bias, err, errlen)) return -1;
     if (load_vector(m, &L->bk, NAME("attn_k.bias"), kvd, need_bias, err, errlen)) return -1;

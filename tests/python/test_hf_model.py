@@ -383,19 +383,10 @@ def test_qwen3moe_experts_and_norm_are_read(moe_dir, tmp_path):
 
 def test_qwen3moe_generate_batch_match_gguf(moe_dir):
     d, same = moe_dir
-    outs = {}
-    for m in (d, same):
-        g = run(["generate", "--model", str(m), "--max-tokens", "8", "The capital of France is"])
-        assert g.returncode == 0, g.stderr
-        req = [{"id": "c", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 5,
-                "temperature": 0.8, "seed": 7, "logprobs": 2},
-               {"id": "p", "prompt": "1, 2, 3,", "max_tokens": 5}]
-        b = run(["batch", "--model", str(m)], stdin="".join(json.dumps(r) + "\n" for r in req))
-        assert b.returncode == 0, b.stderr
-        outs[m] = (g.stdout, b.stdout)
-    assert outs[d] == outs[same]
-    assert outs[d][0].strip() and len(outs[d][1].splitlines()) == 2
-    assert all("error" not in json.loads(line) for line in outs[d][1].splitlines())
+    gen, batch = generate_and_batch(d, 8, 5)
+    assert (gen, batch) == generate_and_batch(same, 8, 5)
+    assert gen.strip() and len(batch.splitlines()) == 2
+    assert all("error" not in json.loads(line) for line in batch.splitlines())
 
 
 def _add_tensor(name, like):
@@ -461,21 +452,27 @@ def test_experts_on_a_dense_arch_refused(tiny_dir, tmp_path):
 # ---------------------------------------------------------------- commands
 
 
+def generate_and_batch(model: Path, gen_tokens: int, batch_tokens: int) -> tuple:
+    """stdout of `invar generate` on a prompt and of `invar batch` on a chat (seeded, with
+    logprobs) and a plain request."""
+    g = run(["generate", "--model", str(model), "--max-tokens", str(gen_tokens), "The capital of France is"])
+    assert g.returncode == 0, g.stderr
+    req = [{"id": "c", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": batch_tokens,
+            "temperature": 0.8, "seed": 7, "logprobs": 2},
+           {"id": "p", "prompt": "1, 2, 3,", "max_tokens": batch_tokens}]
+    b = run(["batch", "--model", str(model)], stdin="".join(json.dumps(r) + "\n" for r in req))
+    assert b.returncode == 0, b.stderr
+    return g.stdout, b.stdout
+
+
 def test_generate_batch_score_match_gguf(tiny_dir):
     """On the tiny Qwen3 directory (cheap to run): the same text, results and logprobs."""
     d, same = tiny_dir
     outs = {}
     for m in (d, same):
-        g = run(["generate", "--model", str(m), "--max-tokens", "12", "The capital of France is"])
-        assert g.returncode == 0, g.stderr
-        req = [{"id": "c", "messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 6,
-                "temperature": 0.8, "seed": 7, "logprobs": 2},
-               {"id": "p", "prompt": "1, 2, 3,", "max_tokens": 6}]
-        b = run(["batch", "--model", str(m)], stdin="".join(json.dumps(r) + "\n" for r in req))
-        assert b.returncode == 0, b.stderr
         s = run(["score", "--model", str(m), "The capital of France is", " Paris."])
         assert s.returncode == 0, s.stderr
-        outs[m] = (g.stdout, b.stdout, s.stdout)
+        outs[m] = generate_and_batch(m, 12, 6) + (s.stdout,)
     assert outs[d] == outs[same]
     assert outs[d][0].strip() and len(outs[d][1].splitlines()) == 2
     assert all("error" not in json.loads(line) for line in outs[d][1].splitlines())
