@@ -154,26 +154,17 @@ def test_echo_logprobs_from_the_engine_bounded(serve):
     assert "KV blocks" in json.loads(text)["error"]["message"]
 
 
-def test_echo_cancelled_on_disconnect(serve):
-    ids = prompt_ids()
-    # One position a step (max_batch_tokens is at least max_batch): the 300-position echo
-    # prefill then takes several times the 0.05 s at which a waiting non-streaming call
-    # looks at its client's socket (4 a step finished before the close was seen on a fast
-    # machine).
-    proc, port = serve("--max-batch", "1", "--max-batch-tokens", "1", "--threads", "1")
-    st, text = post(port, {"prompt": ids, "max_tokens": 1})  # cached: only the echo's prefill is left
-    assert st == 200, text
+def disconnect_during_echo(port: int, ids) -> tuple:
+    """Sends an echo request, resets the connection once the engine has started on it, waits
+    for the call and its KV blocks to go, and returns (cancelled, positions computed)."""
     m0 = metrics(port)
     body = json.dumps(echo_body(ids)).encode()
     s = socket.create_connection(("127.0.0.1", port))
-    # Linger 0: close() resets the connection, which the server sees at its next look (a FIN
-    # alone could be a half-close: the server learns only from a failed write, up to a
-    # second later, by which time a fast machine has computed the whole prompt).
+    # Linger 0: close() resets the connection, which the waiting call sees at its next look
+    # (a FIN alone could be a half-close: the server learns of it only from a failed write).
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    # Close as soon as the engine has started on it (a fixed sleep raced with a fast machine
-    # that finished the 300 positions first), so it goes while the prompt is computed.
     start = time.time() + 10
     while time.time() < start and metrics(port)["invar_tokens_computed_total"] == m0["invar_tokens_computed_total"]:
         time.sleep(0.002)
@@ -186,8 +177,28 @@ def test_echo_cancelled_on_disconnect(serve):
         if m["invar_active_requests"] == 0 and m["invar_kv_blocks_in_use"] == 0:
             break
         time.sleep(0.05)
+    # Whatever the timing: nothing is left running or holding KV.
     assert m["invar_active_requests"] == 0
-    assert m["invar_requests_cancelled_total"] == m0["invar_requests_cancelled_total"] + 1
     assert m["invar_kv_blocks_in_use"] == 0
-    # It stopped part-way: far fewer positions computed than the prompt has.
-    assert m["invar_tokens_computed_total"] - m0["invar_tokens_computed_total"] < N_PROMPT
+    return (m["invar_requests_cancelled_total"] - m0["invar_requests_cancelled_total"],
+            m["invar_tokens_computed_total"] - m0["invar_tokens_computed_total"])
+
+
+def test_echo_cancelled_on_disconnect(serve):
+    ids = prompt_ids()
+    # One position a step (max_batch_tokens is at least max_batch), one thread: the echo's
+    # 300-position prefill is then slow enough for the reset to land inside it most times.
+    # On a fast machine the engine still wins the race now and then (about 3 times in 10
+    # here), so the scenario runs up to 6 times and must once end cancelled part-way.
+    proc, port = serve("--max-batch", "1", "--max-batch-tokens", "1", "--threads", "1")
+    st, text = post(port, {"prompt": ids, "max_tokens": 1})  # cached: only the echo's prefill is left
+    assert st == 200, text
+    tries = []
+    for _ in range(6):
+        cancelled, computed = disconnect_during_echo(port, ids)
+        assert cancelled in (0, 1)
+        tries.append((cancelled, computed))
+        if cancelled == 1 and computed < N_PROMPT:
+            break
+    # It stopped part-way: counted as cancelled, far fewer positions computed than the prompt has.
+    assert tries[-1][0] == 1 and tries[-1][1] < N_PROMPT, tries
