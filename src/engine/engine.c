@@ -73,6 +73,11 @@ typedef struct {
 
 struct invar_engine {
     pthread_mutex_t lock;       /* recursive: callbacks may call back in */
+    /* A step holds `lock` for a whole forward pass and the engine thread takes it again at
+     * once (a mutex is not fair), so a reader of the stats (/metrics) waiting on it could
+     * starve behind back-to-back steps. Each call that changes them publishes a copy here. */
+    pthread_mutex_t stats_lock;
+    invar_engine_stats stats;
     invar_model *im;
     invar_engine_config cfg;
     backend *be;                /* the device: weights, forward pass, logits, sampling */
@@ -123,6 +128,8 @@ void invar_engine_config_default(invar_engine_config *c) {
                                .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false, .cuda_no_graphs = false};
 }
 
+static void publish_stats(invar_engine *e);
+
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); invar_engine_free(e); return -1; } while (0)
 
 int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, invar_engine **out,
@@ -135,6 +142,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&e->lock, &attr);
     pthread_mutexattr_destroy(&attr);
+    pthread_mutex_init(&e->stats_lock, NULL);
     invar_engine_config cfg;
     invar_engine_config_default(&cfg);
     if (cfg_in) cfg = *cfg_in;
@@ -208,6 +216,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (!e->eog) FAIL("out of memory");
     for (int32_t t = 0, k = 0; t < V; t++)
         if (tokenizer_is_eog(m->tok, t)) e->eog[k++] = t;
+    publish_stats(e);
     *out = e;
     return 0;
 }
@@ -304,6 +313,7 @@ void invar_engine_free(invar_engine *e) {
     free(e->b_plp_ntop);
     free(e->b_plp_top);
     pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->stats_lock);
     free(e);
 }
 
@@ -318,6 +328,36 @@ const char *invar_engine_error(const invar_engine *e) { return e->error; }
 const char *invar_engine_device_info(const invar_engine *e) { return e->be->info; }
 
 static int64_t blocks_for(int64_t n_tokens) { return (n_tokens + KV_BLOCK - 1) / KV_BLOCK; }
+
+/* Under e->lock, by every call that changes what the stats count. */
+static void publish_stats(invar_engine *e) {
+    invar_engine_stats st = {0}, *s = &st;
+    for (int64_t i = slot_lower_bound(e, e->first_queued); i < e->n_slots; i++)
+        if (e->slots[i].r && e->slots[i].r->state == REQ_QUEUED) s->n_queued++;
+    for (int64_t i = 0; i < e->n_running; i++) {
+        const request *r = req_get(e, e->running[i]);
+        if (r && r->state == REQ_RUNNING) s->n_running++;
+    }
+    s->kv_blocks_total = e->pool.n_total;
+    s->kv_blocks_free = block_pool_available(&e->pool);
+    s->prefix_blocks_hit = e->pool.hits;
+    s->prefix_blocks_looked_up = e->pool.lookups;
+    s->preemptions = e->preemptions;
+    s->tokens_computed = e->tokens_computed;
+    s->tokens_generated = e->tokens_generated;
+    s->spec_steps = e->spec_steps;
+    s->spec_drafted = e->spec_drafted;
+    s->spec_accepted = e->spec_accepted;
+    pthread_mutex_lock(&e->stats_lock);
+    e->stats = st;
+    pthread_mutex_unlock(&e->stats_lock);
+}
+
+void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
+    pthread_mutex_lock(&e->stats_lock);
+    *s = e->stats;
+    pthread_mutex_unlock(&e->stats_lock);
+}
 
 static void release_blocks(invar_engine *e, request *r) {
     for (int64_t b = r->n_blocks - 1; b >= 0; b--) block_pool_release(&e->pool, r->blocks[b]);
@@ -414,6 +454,7 @@ static int64_t submit_locked(invar_engine *e, const int32_t *prompt, int64_t n_p
 int64_t invar_engine_submit(invar_engine *e, const int32_t *prompt, int64_t n_prompt, const invar_sampling *s) {
     pthread_mutex_lock(&e->lock);
     int64_t id = submit_locked(e, prompt, n_prompt, s);
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
     return id;
 }
@@ -426,6 +467,7 @@ int invar_engine_cancel(invar_engine *e, int64_t id) {
         if (r->state != REQ_DONE) finish(e, r, INVAR_FINISH_CANCELLED);
         rc = 0;
     }
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -832,6 +874,7 @@ static int step_locked(invar_engine *e) {
 int invar_engine_step(invar_engine *e) {
     pthread_mutex_lock(&e->lock);
     int left = step_locked(e);
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
     return left;
 }
@@ -864,30 +907,10 @@ void invar_engine_release(invar_engine *e, int64_t id) {
         request_free(r);
         slot_clear(e, id);
     }
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
 }
 
-void invar_engine_get_stats(invar_engine *e, invar_engine_stats *s) {
-    pthread_mutex_lock(&e->lock);
-    memset(s, 0, sizeof *s);
-    for (int64_t i = slot_lower_bound(e, e->first_queued); i < e->n_slots; i++)
-        if (e->slots[i].r && e->slots[i].r->state == REQ_QUEUED) s->n_queued++;
-    for (int64_t i = 0; i < e->n_running; i++) {
-        const request *r = req_get(e, e->running[i]);
-        if (r && r->state == REQ_RUNNING) s->n_running++;
-    }
-    s->kv_blocks_total = e->pool.n_total;
-    s->kv_blocks_free = block_pool_available(&e->pool);
-    s->prefix_blocks_hit = e->pool.hits;
-    s->prefix_blocks_looked_up = e->pool.lookups;
-    s->preemptions = e->preemptions;
-    s->tokens_computed = e->tokens_computed;
-    s->tokens_generated = e->tokens_generated;
-    s->spec_steps = e->spec_steps;
-    s->spec_drafted = e->spec_drafted;
-    s->spec_accepted = e->spec_accepted;
-    pthread_mutex_unlock(&e->lock);
-}
 
 int invar_engine_testing_set_matmul(invar_engine *e, matmul_fn fn) { return backend_cpu_set_matmul(e->be, fn); }
 
@@ -1000,6 +1023,7 @@ int invar_engine_update_weights(invar_engine *e, const invar_tensor *tensors, si
     int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
                        : model_update_weights(e->im->m, ts, n, err, errlen);
     if (rc == 0) rc = weights_changed(e, err, errlen);
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
     free(ts);
     return rc;
@@ -1012,6 +1036,7 @@ int invar_engine_load_weights(invar_engine *e, const char *path, char *err, size
     int rc = e->broken ? (snprintf(err, errlen, "%s", e->error), -1)
                        : model_update_weights_from_gguf(e->im->m, f, err, errlen);
     if (rc == 0) rc = weights_changed(e, err, errlen);
+    publish_stats(e);
     pthread_mutex_unlock(&e->lock);
     gguf_close(f);
     return rc;

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "engine/engine_testing.h"
@@ -575,6 +577,75 @@ static void test_cancel_from_callback(void **state) {
     assert_int_equal(got.n, g_victim_tokens_at_cancel);
 }
 
+/* Stats stay readable while a step runs: /metrics reads them from another thread, and a
+ * step holds the engine's lock for a whole forward pass (taken again at once, back to
+ * back, so a reader waiting on that lock could starve for many steps; it did, and the
+ * server's disconnect test lost its race to it). The reader runs while the step is held
+ * inside the callback; it must finish without the step's lock. */
+typedef struct {
+    invar_engine *e;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool done;
+    invar_engine_stats st;
+} stats_reader;
+
+static void *read_stats(void *arg) {
+    stats_reader *sr = arg;
+    invar_engine_stats st;
+    invar_engine_get_stats(sr->e, &st);
+    pthread_mutex_lock(&sr->mu);
+    sr->st = st;
+    sr->done = true;
+    pthread_cond_signal(&sr->cond);
+    pthread_mutex_unlock(&sr->mu);
+    return NULL;
+}
+
+static stats_reader g_reader;
+static int g_reader_calls, g_reader_in_time;
+
+static void read_stats_mid_step(void *user, int64_t id, const invar_token_info *tok) {
+    (void)user, (void)id, (void)tok;
+    if (g_reader_calls++) return;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, read_stats, &g_reader), 0);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&g_reader.mu);
+    while (!g_reader.done && pthread_cond_timedwait(&g_reader.cond, &g_reader.mu, &deadline) == 0) continue;
+    g_reader_in_time = g_reader.done;
+    pthread_mutex_unlock(&g_reader.mu);
+    pthread_detach(t); /* a blocked reader finishes once the step returns */
+}
+
+static void test_stats_readable_during_step(void **state) {
+    (void)state;
+    const invar_engine_config c = config(0, 16);
+    invar_engine *e = make_engine(&c);
+    g_reader = (stats_reader){.e = e, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    g_reader_calls = g_reader_in_time = 0;
+    invar_engine_set_callback(e, read_stats_mid_step, NULL);
+    invar_sampling s = greedy(4);
+    int64_t id = invar_engine_submit(e, slice(0, 8), 8, &s);
+    invar_engine_step(e);
+    pthread_mutex_lock(&g_reader.mu);
+    while (!g_reader.done) pthread_cond_wait(&g_reader.cond, &g_reader.mu); /* before freeing e */
+    pthread_mutex_unlock(&g_reader.mu);
+    run_all(e, 20);
+    invar_engine_stats after;
+    invar_engine_get_stats(e, &after);
+    invar_engine_release(e, id);
+    invar_engine_free(e);
+    assert_true(g_reader_calls >= 1);
+    if (!g_reader_in_time) fail_msg("invar_engine_get_stats waited for the step to end");
+    /* What it read is the state before that step: one request, none of its tokens yet. */
+    assert_int_equal(g_reader.st.n_queued + g_reader.st.n_running, 1);
+    assert_int_equal(g_reader.st.tokens_generated, 0);
+    assert_int_equal(after.tokens_generated, 4);
+}
+
 /* ---- ids ------------------------------------------------------------------------ */
 
 static void test_unknown_and_released_ids(void **state) {
@@ -694,6 +765,7 @@ int main(void) {
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_callback_each_token_once),
         cmocka_unit_test(test_cancel_from_callback),
+        cmocka_unit_test(test_stats_readable_during_step),
         cmocka_unit_test(test_unknown_and_released_ids),
         cmocka_unit_test(test_request_slots_stay_bounded),
         cmocka_unit_test(test_huge_max_tokens_stops_at_context),
