@@ -82,9 +82,12 @@ class TorchLlama(torch.nn.Module):
         tensors: GGUF name -> float array in numpy axis order.
         dtype: the parameters' dtype (torch.float32 or torch.bfloat16); the forward pass
             computes in float32 either way.
+        device: where the parameters live and the forward runs (a torch device: "cpu",
+            "cuda", ...); default the CPU.
     """
 
-    def __init__(self, cfg: LlamaConfig, tensors: Dict[str, np.ndarray], dtype: torch.dtype = torch.float32):
+    def __init__(self, cfg: LlamaConfig, tensors: Dict[str, np.ndarray], dtype: torch.dtype = torch.float32,
+                 device: "torch.device | str | None" = None):
         super().__init__()
         self.cfg = cfg
         # GGUF names contain dots, which nn.Module attribute names cannot: keep them in a
@@ -94,14 +97,20 @@ class TorchLlama(torch.nn.Module):
         for name, arr in tensors.items():
             if name == "rope_freqs.weight":
                 raise ValueError("rope_freqs.weight (RoPE frequency factors) is not supported by the reference")
-            self._p[name.replace(".", "__")] = torch.nn.Parameter(torch.tensor(arr, dtype=dtype))
+            self._p[name.replace(".", "__")] = torch.nn.Parameter(torch.tensor(arr, dtype=dtype, device=device))
             self.names.append(name)
 
     @classmethod
-    def from_gguf(cls, path: str, dtype: torch.dtype = torch.float32) -> "TorchLlama":
+    def from_gguf(cls, path: str, dtype: torch.dtype = torch.float32,
+                  device: "torch.device | str | None" = None) -> "TorchLlama":
         """Loads a GGUF model (any weight type, dequantised) as float parameters."""
         cfg, tensors, _ = _read_gguf(path)
-        return cls(cfg, tensors, dtype)
+        return cls(cfg, tensors, dtype, device)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters are (and the forward's results)."""
+        return next(iter(self._p.values())).device
 
     @property
     def params(self) -> Dict[str, torch.nn.Parameter]:
@@ -126,8 +135,8 @@ class TorchLlama(torch.nn.Module):
         """RoPE of x [B, T, H, D] at positions pos ([T], or [B, T] for per-sequence offsets)."""
         c = self.cfg
         half = c.n_rot // 2
-        inv = c.rope_base ** (-torch.arange(half, dtype=torch.float64) * 2.0 / c.n_rot)
-        ang = pos.to(torch.float64)[..., None] * inv
+        inv = c.rope_base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2.0 / c.n_rot)
+        ang = pos.to(device=x.device, dtype=torch.float64)[..., None] * inv
         cos, sin = torch.cos(ang).float().unsqueeze(-2), torch.sin(ang).float().unsqueeze(-2)
         if c.neox:
             a, b, rest = x[..., :half], x[..., half:c.n_rot], x[..., c.n_rot:]
@@ -177,8 +186,9 @@ class TorchLlama(torch.nn.Module):
         """Final-normed hidden states [B, T, n_embd] of right-padded token ids [B, T] (each
         position sees only the positions before it, so padding after a sequence changes none
         of its values)."""
-        T = idx.shape[1]
-        return self._run(idx, torch.arange(T), torch.triu(torch.ones(T, T, dtype=torch.bool), 1)[None])[0]
+        T, d = idx.shape[1], self.device
+        idx = idx.to(d)
+        return self._run(idx, torch.arange(T, device=d), _causal(T, d))[0]
 
     def _output(self) -> torch.Tensor:
         out = self._w("output.weight")
@@ -186,7 +196,7 @@ class TorchLlama(torch.nn.Module):
 
     def forward(self, ids: Sequence[int]) -> torch.Tensor:
         """Logits [T, n_vocab] (float32) of every position of one sequence."""
-        return self.hidden(torch.tensor([list(ids)], dtype=torch.long))[0] @ self._output().T
+        return self.hidden(torch.tensor([list(ids)], dtype=torch.long, device=self.device))[0] @ self._output().T
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> torch.Tensor:
         """log p(continuation token | prompt + the continuation before it), all pairs
@@ -198,8 +208,9 @@ class TorchLlama(torch.nn.Module):
         predict a continuation token."""
         prompts = [list(p) for p in prompts]
         continuations = [list(c) for c in continuations]
+        d = self.device
         if not prompts or not any(continuations):
-            return torch.zeros(0)
+            return torch.zeros(0, device=d)
         if any(not p for p in prompts):
             raise ValueError("every prompt needs at least one token")
         first: Dict[tuple, int] = {}
@@ -209,28 +220,33 @@ class TorchLlama(torch.nn.Module):
         idx_p = torch.zeros(U, Tp, dtype=torch.long)
         for u, p in enumerate(uniq):
             idx_p[u, :len(p)] = torch.tensor(p, dtype=torch.long)
-        h_p, kv_p = self._run(idx_p, torch.arange(Tp), torch.triu(torch.ones(Tp, Tp, dtype=torch.bool), 1)[None])
+        h_p, kv_p = self._run(idx_p.to(d), torch.arange(Tp, device=d), _causal(Tp, d))
         hs = [h_p.reshape(U * Tp, -1)]
         # The continuations without their last token (whose successor is not scored).
         inputs = [c[:-1] for c in continuations]
         B, Tc = len(continuations), max(len(x) for x in inputs)
-        lp_len = torch.tensor([len(p) for p in prompts])
+        lp_len = torch.tensor([len(p) for p in prompts], device=d)
         if Tc:
-            g = torch.tensor(grp)
+            g = torch.tensor(grp, device=d)
             idx_c = torch.zeros(B, Tc, dtype=torch.long)
             for b, x in enumerate(inputs):
                 if x:
                     idx_c[b, :len(x)] = torch.tensor(x, dtype=torch.long)
-            pos = lp_len[:, None] + torch.arange(Tc)[None, :]
-            beyond = torch.arange(Tp)[None, None, :] >= lp_len[:, None, None]  # another prompt's padding
-            mask = torch.cat([beyond.expand(B, Tc, Tp), torch.triu(torch.ones(Tc, Tc, dtype=torch.bool), 1)[None].expand(B, Tc, Tc)], 2)
-            h_c, _ = self._run(idx_c, pos, mask, [(k[g], v[g]) for k, v in kv_p])
+            pos = lp_len[:, None] + torch.arange(Tc, device=d)[None, :]
+            beyond = torch.arange(Tp, device=d)[None, None, :] >= lp_len[:, None, None]  # another prompt's padding
+            mask = torch.cat([beyond.expand(B, Tc, Tp), _causal(Tc, d).expand(B, Tc, Tc)], 2)
+            h_c, _ = self._run(idx_c.to(d), pos, mask, [(k[g], v[g]) for k, v in kv_p])
             hs.append(h_c.reshape(B * Tc, -1))
         rows, targets = [], []
         for b, c in enumerate(continuations):
             for j, tok in enumerate(c):
                 rows.append(grp[b] * Tp + len(prompts[b]) - 1 if j == 0 else U * Tp + b * Tc + j - 1)
                 targets.append(int(tok))
-        h = torch.cat(hs)[torch.tensor(rows)]
+        h = torch.cat(hs)[torch.tensor(rows, device=d)]
         lp = torch.log_softmax(h @ self._output().T, -1)
-        return lp.gather(1, torch.tensor(targets)[:, None])[:, 0]
+        return lp.gather(1, torch.tensor(targets, device=d)[:, None])[:, 0]
+
+
+def _causal(T: int, device: torch.device) -> torch.Tensor:
+    """[1, T, T], True where query t must not see key s (s > t)."""
+    return torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), 1)[None]

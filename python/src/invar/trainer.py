@@ -44,7 +44,7 @@ class InvarLogprobs(torch.autograd.Function):
         vals = llm.score(prompts, conts)
         ctx.model, ctx.prompts, ctx.conts = model, prompts, conts
         ctx.n_params = len(params)
-        return torch.tensor([x for row in vals for x in row], dtype=torch.float32)
+        return torch.tensor([x for row in vals for x in row], dtype=torch.float32, device=model.device)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
