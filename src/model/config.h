@@ -49,9 +49,12 @@ typedef struct {
      * gating function, the experts in n_group groups of which each token may use the
      * n_group_used best (a group scores the sum of its two best biased scores), the scale on
      * the chosen weights (routed_scaling_factor), n_expert_shared shared experts (one FFN of
-     * n_ff_exp * n_expert_shared) and the first n_layer_dense layers dense (n_ff). */
+     * n_ff_exp * n_expert_shared) and the first n_layer_dense layers dense (n_ff).
+     * expert_group_max: a group scores its best expert instead (DeepSeek-V2's
+     * group_limited_greedy; no GGUF says so). */
     expert_gating gating;
     int64_t n_group, n_group_used, n_expert_shared, n_layer_dense;
+    bool expert_group_max;
     float expert_weights_scale;
     /* Multi-head latent attention (deepseek2; kv_lora 0 for other arches). Per head a query
      * of qk_nope + n_rot dims (q_lora 0: straight from x; else through a rank-q_lora

@@ -3,7 +3,7 @@
  * implement (other architectures, rope scaling other than linear and llama3, sliding windows, biases
  * Llama/Qwen3 do not have, qwen3_moe layers made dense) is refused by name rather than run
  * differently. Keys that only matter for training are not read (docs/models.md lists them).
- * deepseek_v3's own keys are read in config_hf_deepseek.c. */
+ * deepseek_v2's and deepseek_v3's own keys are read in config_hf_deepseek.c. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +67,7 @@ static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen
         {"qwen2", "Qwen2ForCausalLM", "qwen2", ARCH_QWEN2},
         {"qwen3", "Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
         {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", ARCH_QWEN3MOE},
+        {"deepseek_v2", "DeepseekV2ForCausalLM", "deepseek2", ARCH_DEEPSEEK2},
         {"deepseek_v3", "DeepseekV3ForCausalLM", "deepseek2", ARCH_DEEPSEEK2},
     };
     const char *type = cJSON_GetStringValue(hf_item(cfg, "model_type"));
@@ -82,7 +83,7 @@ static int read_arch(const cJSON *cfg, model_config *c, char *err, size_t errlen
         snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[k].name);
         return 0;
     }
-    FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3, qwen3_moe, deepseek_v3)", type);
+    FAIL("unsupported model_type '%.60s' (supported: llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3)", type);
 }
 
 /* Llama-3.1's rope_scaling: all four numbers are required (as transformers requires them). */
@@ -210,7 +211,8 @@ int model_config_read_hf(const cJSON *cfg, model_config *c, bool *tied, int64_t 
     if (!cJSON_IsObject(cfg)) FAIL("not a JSON object");
     if (read_arch(cfg, c, err, errlen)) return -1;
     const bool ds = c->arch == ARCH_DEEPSEEK2; /* its own dims, rope and routing, rope_neox included */
-    if (ds ? hf_read_deepseek(cfg, c, err, errlen)
+    const bool v2 = ds && !strcmp(cJSON_GetStringValue(hf_item(cfg, "model_type")), "deepseek_v2");
+    if (ds ? hf_read_deepseek(cfg, v2, c, err, errlen)
            : read_dims(cfg, c, err, errlen) || read_rope(cfg, c, err, errlen) || read_moe(cfg, c, err, errlen))
         return -1;
     if (refuse_variants(cfg, c, err, errlen) ||

@@ -1,8 +1,10 @@
-/* Hyperparameters of a Hugging Face DeepSeek-V3 directory (transformers' DeepseekV3Config,
- * model_type deepseek_v3) as config.c gives them for a deepseek2 GGUF: MLA with kv_b_proj as
- * one merged attn_kv_b, sigmoid routing with the score-correction bias, group-limited top-k,
- * shared experts, leading dense layers, YaRN. Where transformers would compute something
- * that model cannot (cos/sin scaled by YaRN, other correction ranges), the key is refused by
+/* Hyperparameters of a Hugging Face DeepSeek-V2 or -V3 directory (transformers'
+ * DeepseekV2Config / DeepseekV3Config, model_type deepseek_v2 / deepseek_v3) as config.c
+ * gives them for a deepseek2 GGUF: MLA with kv_b_proj as one merged attn_kv_b, shared
+ * experts, leading dense layers, YaRN; V3 routes by sigmoid with the score-correction bias
+ * and group-limited top-k over two-expert group sums, V2 by softmax, greedy or limited to
+ * the groups of the best single experts. Where transformers would compute something that
+ * model cannot (cos/sin scaled by YaRN, other correction ranges), the key is refused by
  * name. Sizes are required; the routing keys take transformers' defaults when absent. */
 #include <float.h>
 #include <math.h>
@@ -51,7 +53,9 @@ static int read_mla(const cJSON *cfg, model_config *c, char *err, size_t errlen)
  * original_max_position_embeddings (else max_position_embeddings), beta_fast, beta_slow;
  * cos/sin times get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) and the
  * softmax scale times get_mscale(factor, mscale_all_dim)^2. invar's deepseek2 leaves cos/sin
- * unscaled, so mscale must equal mscale_all_dim (as in DeepSeek-V2/V3's files). */
+ * unscaled, so mscale must equal mscale_all_dim (as in DeepSeek-V2/V3's files). The softmax
+ * factor is DeepSeek's own code's, V2's too; transformers 4.57.1's DeepseekV2 leaves it out
+ * (fixed later upstream), the tests apply it to that reference. */
 static int read_yarn(const cJSON *cfg, const cJSON *s, model_config *c, char *err, size_t errlen) {
     if (!hf_item(s, "factor")) FAIL("rope_scaling yarn needs factor");
     if (hf_get_float(s, "factor", 1.0, 1e6, 1.0f, &c->yarn.factor, err, errlen)) return -1;
@@ -82,13 +86,15 @@ static int read_yarn(const cJSON *cfg, const cJSON *s, model_config *c, char *er
     return 0;
 }
 
-static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+static int read_rope(const cJSON *cfg, bool v2, model_config *c, char *err, size_t errlen) {
     bool interleave;
     if (hf_get_float(cfg, "rope_theta", FLT_MIN, FLT_MAX, 10000.0f, &c->rope_base, err, errlen) ||
         hf_get_strict_bool(cfg, "rope_interleave", true, &interleave, err, errlen))
         return -1;
     /* rope_interleave (transformers' default): the rope dims are in pairs (2i, 2i+1), GGUF's
-     * deepseek2 order; false: halves (i, i + rope/2) */
+     * deepseek2 order; false: halves (i, i + rope/2). DeepseekV2 always pairs them (it does
+     * not read the key: a file saying false would not run as it says). */
+    if (v2 && !interleave) FAIL("rope_interleave false: deepseek_v2 always rotates the rope dims in pairs");
     c->rope_neox = !interleave;
     c->rope_freq_scale = 1.0f;
     const cJSON *s = hf_item(cfg, "rope_scaling");
@@ -97,11 +103,12 @@ static int read_rope(const cJSON *cfg, model_config *c, char *err, size_t errlen
     const char *type = cJSON_GetStringValue(hf_item(s, "rope_type"));
     if (!type) type = cJSON_GetStringValue(hf_item(s, "type"));
     if (!type || !strcmp(type, "default")) return 0;
-    if (strcmp(type, "yarn")) FAIL("rope scaling type '%.40s' is not supported for deepseek_v3 (default, yarn)", type);
+    if (strcmp(type, "yarn"))
+        FAIL("rope scaling type '%.40s' is not supported for deepseek_v%c (default, yarn)", type, v2 ? '2' : '3');
     return read_yarn(cfg, s, c, err, errlen);
 }
 
-/* A string key that may only have one value (the one transformers' DeepseekV3 implements). */
+/* A string key that may only have one value (the one transformers implements). */
 static int only(const cJSON *cfg, const char *key, const char *value, char *err, size_t errlen) {
     const cJSON *v = hf_item(cfg, key);
     const char *s = cJSON_GetStringValue(v);
@@ -109,37 +116,41 @@ static int only(const cJSON *cfg, const char *key, const char *value, char *err,
     return 0;
 }
 
-/* transformers' DeepseekV3MoE: sigmoid scores, selection by score + e_score_correction_bias
- * within the topk_group groups of best two-expert sums, weights the unbiased scores
- * (normalised if norm_topk_prob) times routed_scaling_factor, plus n_shared_experts shared
- * experts as one FFN; layers below first_k_dense_replace dense. */
-static int read_moe(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
-    c->gating = GATING_SIGMOID;
+/* Routed experts, top-k, their size, shared experts and leading dense layers: the same keys
+ * in V2 and V3, defaults of each (V2: 2 shared experts, no dense layer). A null
+ * n_shared_experts would leave transformers without the shared FFN its forward adds. */
+static int read_experts(const cJSON *cfg, bool v2, model_config *c, char *err, size_t errlen) {
+    const cJSON *shared = cJSON_GetObjectItemCaseSensitive(cfg, "n_shared_experts");
+    if (cJSON_IsNull(shared)) FAIL("n_shared_experts null (no shared experts) is not supported");
     int64_t freq;
-    if (only(cfg, "scoring_func", "sigmoid", err, errlen) || only(cfg, "topk_method", "noaux_tc", err, errlen) ||
-        hf_get_int(cfg, "moe_layer_freq", 1, MODEL_MAX_LAYERS, false, 1, &freq, err, errlen))
-        return -1;
+    if (hf_get_int(cfg, "moe_layer_freq", 1, MODEL_MAX_LAYERS, false, 1, &freq, err, errlen)) return -1;
     if (freq != 1)
         FAIL("moe_layer_freq %lld is not supported (1: every layer after the dense ones routed)", (long long)freq);
     if (hf_get_int(cfg, "n_routed_experts", 2, MODEL_MAX_EXPERTS, true, 0, &c->n_expert, err, errlen) ||
         hf_get_int(cfg, "num_experts_per_tok", 1, min64(c->n_expert, MODEL_MAX_EXPERTS_USED), true, 0,
                    &c->n_expert_used, err, errlen) ||
         hf_get_int(cfg, "moe_intermediate_size", 1, MODEL_MAX_FF, true, 0, &c->n_ff_exp, err, errlen) ||
-        hf_get_int(cfg, "n_shared_experts", 1, MODEL_MAX_SHARED_EXPERTS, false, 1, &c->n_expert_shared, err, errlen) ||
-        hf_get_int(cfg, "first_k_dense_replace", 0, c->n_layer, false, 3, &c->n_layer_dense, err, errlen) ||
-        hf_get_int(cfg, "intermediate_size", 1, MODEL_MAX_FF, c->n_layer_dense > 0, 0, &c->n_ff, err, errlen) ||
-        hf_get_int(cfg, "n_group", 1, c->n_expert, false, 8, &c->n_group, err, errlen) ||
-        hf_get_int(cfg, "topk_group", 1, c->n_group, false, 4, &c->n_group_used, err, errlen) ||
-        hf_get_float(cfg, "routed_scaling_factor", 1e-6, 1e6, 2.5f, &c->expert_weights_scale, err, errlen) ||
-        hf_get_strict_bool(cfg, "norm_topk_prob", true, &c->expert_weights_norm, err, errlen))
+        hf_get_int(cfg, "n_shared_experts", 1, MODEL_MAX_SHARED_EXPERTS, false, v2 ? 2 : 1, &c->n_expert_shared, err,
+                   errlen) ||
+        hf_get_int(cfg, "first_k_dense_replace", 0, c->n_layer, false, v2 ? 0 : 3, &c->n_layer_dense, err, errlen) ||
+        hf_get_int(cfg, "intermediate_size", 1, MODEL_MAX_FF, c->n_layer_dense > 0, 0, &c->n_ff, err, errlen))
         return -1;
     if (!c->n_layer_dense) c->n_ff = 0; /* no dense layer uses it */
     if (c->n_ff_exp * c->n_expert_shared > MODEL_MAX_FF)
         FAIL("shared experts of %lld x %lld exceed %d", (long long)c->n_expert_shared, (long long)c->n_ff_exp,
              MODEL_MAX_FF);
+    return 0;
+}
+
+/* n_group groups of which topk_group may be used (absent: defaults) and enough experts in
+ * them for the top-k. */
+static int read_groups(const cJSON *cfg, int64_t def_group, int64_t def_used, model_config *c, char *err,
+                       size_t errlen) {
+    if (hf_get_int(cfg, "n_group", 1, c->n_expert, false, def_group, &c->n_group, err, errlen) ||
+        hf_get_int(cfg, "topk_group", 1, c->n_group, false, def_used, &c->n_group_used, err, errlen))
+        return -1;
     if (c->n_expert % c->n_group)
         FAIL("n_routed_experts %lld is not a multiple of n_group %lld", (long long)c->n_expert, (long long)c->n_group);
-    if (c->n_expert / c->n_group < 2) FAIL("groups of one expert (a group scores its two best experts)");
     const int64_t used_max = c->n_group_used * (c->n_expert / c->n_group);
     if (c->n_expert_used > used_max)
         FAIL("num_experts_per_tok %lld exceeds the %lld experts of topk_group %lld groups",
@@ -147,14 +158,64 @@ static int read_moe(const cJSON *cfg, model_config *c, char *err, size_t errlen)
     return 0;
 }
 
-int hf_read_deepseek(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+/* transformers' DeepseekV2MoEGate (4.57.1): softmax scores over all experts; greedy: the
+ * top num_experts_per_tok; group_limited_greedy: those within the topk_group groups of the
+ * best single scores (DeepSeek-V2's own code does the same). The weights are the chosen
+ * scores times routed_scaling_factor, never renormalised: transformers ignores
+ * norm_topk_prob, DeepSeek's code would renormalise and drop the scaling instead, so true is
+ * refused rather than guessed. No score-correction bias (hf_weights.c refuses the tensor). */
+static int read_moe_v2(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    c->gating = GATING_SOFTMAX;
+    bool norm;
+    if (only(cfg, "scoring_func", "softmax", err, errlen) || read_experts(cfg, true, c, err, errlen) ||
+        hf_get_float(cfg, "routed_scaling_factor", 1e-6, 1e6, 1.0f, &c->expert_weights_scale, err, errlen) ||
+        hf_get_strict_bool(cfg, "norm_topk_prob", false, &norm, err, errlen))
+        return -1;
+    if (norm)
+        FAIL("norm_topk_prob true is not supported for deepseek_v2 (transformers ignores it; DeepSeek's code "
+             "renormalises without routed_scaling_factor)");
+    c->expert_weights_norm = false;
+    const cJSON *m = hf_item(cfg, "topk_method");
+    const char *method = m ? cJSON_GetStringValue(m) : "greedy";
+    if (method && !strcmp(method, "greedy")) {
+        c->n_group = c->n_group_used = 1; /* n_group and topk_group unused */
+        return 0;
+    }
+    if (!method || strcmp(method, "group_limited_greedy"))
+        FAIL("topk_method must be \"greedy\" or \"group_limited_greedy\" for deepseek_v2");
+    if (!hf_item(cfg, "n_group") || !hf_item(cfg, "topk_group"))
+        FAIL("topk_method group_limited_greedy needs n_group and topk_group");
+    c->expert_group_max = true;
+    return read_groups(cfg, 1, 1, c, err, errlen);
+}
+
+/* transformers' DeepseekV3MoE: sigmoid scores, selection by score + e_score_correction_bias
+ * within the topk_group groups of best two-expert sums, weights the unbiased scores
+ * (normalised if norm_topk_prob) times routed_scaling_factor, plus n_shared_experts shared
+ * experts as one FFN; layers below first_k_dense_replace dense. */
+static int read_moe_v3(const cJSON *cfg, model_config *c, char *err, size_t errlen) {
+    c->gating = GATING_SIGMOID;
+    if (only(cfg, "scoring_func", "sigmoid", err, errlen) || only(cfg, "topk_method", "noaux_tc", err, errlen) ||
+        read_experts(cfg, false, c, err, errlen) || read_groups(cfg, 8, 4, c, err, errlen) ||
+        hf_get_float(cfg, "routed_scaling_factor", 1e-6, 1e6, 2.5f, &c->expert_weights_scale, err, errlen) ||
+        hf_get_strict_bool(cfg, "norm_topk_prob", true, &c->expert_weights_norm, err, errlen))
+        return -1;
+    if (c->n_expert / c->n_group < 2) FAIL("groups of one expert (a group scores its two best experts)");
+    return 0;
+}
+
+int hf_read_deepseek(const cJSON *cfg, bool v2, model_config *c, char *err, size_t errlen) {
     if (hf_get_int(cfg, "num_hidden_layers", 1, MODEL_MAX_LAYERS, true, 0, &c->n_layer, err, errlen) ||
         hf_get_int(cfg, "hidden_size", 1, MODEL_MAX_EMBD, true, 0, &c->n_embd, err, errlen) ||
         hf_get_int(cfg, "num_attention_heads", 1, MODEL_MAX_HEADS, true, 0, &c->n_head, err, errlen) ||
         /* transformers' default; YaRN's original context falls back to it */
-        hf_get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, 4096, &c->n_ctx_train, err, errlen) ||
+        hf_get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, v2 ? 2048 : 4096, &c->n_ctx_train,
+                   err, errlen) ||
         /* DeepSeek-V3's multi-token-prediction module: layers after the last, not run */
         hf_get_int(cfg, "num_nextn_predict_layers", 0, MAX_MTP_LAYERS, false, 0, &c->hf_mtp_layers, err, errlen))
         return -1;
-    return read_mla(cfg, c, err, errlen) || read_rope(cfg, c, err, errlen) || read_moe(cfg, c, err, errlen) ? -1 : 0;
+    return read_mla(cfg, c, err, errlen) || read_rope(cfg, v2, c, err, errlen) ||
+                   (v2 ? read_moe_v2(cfg, c, err, errlen) : read_moe_v3(cfg, c, err, errlen))
+               ? -1
+               : 0;
 }

@@ -19,7 +19,8 @@ bool hf_get_bool(const cJSON *o, const char *key, bool def);
 /* A boolean that must be one when present. */
 int hf_get_strict_bool(const cJSON *o, const char *key, bool def, bool *out, char *err, size_t errlen);
 
-/* model_type deepseek_v3 (config_hf_deepseek.c): dims, MLA, rope (YaRN) and routing. */
-int hf_read_deepseek(const cJSON *cfg, model_config *c, char *err, size_t errlen);
+/* model_type deepseek_v3, or deepseek_v2 if v2 (config_hf_deepseek.c): dims, MLA, rope
+ * (YaRN) and routing. */
+int hf_read_deepseek(const cJSON *cfg, bool v2, model_config *c, char *err, size_t errlen);
 
 #endif

@@ -18,10 +18,10 @@ struct hf_weights {
 
 /* Which layers have a tensor: QK-norm is Qwen3's (dense and MoE); a routed layer has a
  * router and experts instead of the dense FFN (deepseek2: the layers after n_layer_dense,
- * with the score-correction bias and shared experts); MLA (deepseek2) replaces q/k/v, its
+ * with shared experts and, sigmoid-gated (V3), the score-correction bias); MLA (deepseek2) replaces q/k/v, its
  * query straight (q_lora 0) or through the q_a/q_b bottleneck. */
-enum { ANY, ONLY_QWEN2, ONLY_QK_NORM, ONLY_DENSE, ONLY_MOE, ONLY_DS_MOE, ONLY_MLA, ONLY_Q_LORA, ONLY_Q_PLAIN,
-       NOT_MLA };
+enum { ANY, ONLY_QWEN2, ONLY_QK_NORM, ONLY_DENSE, ONLY_MOE, ONLY_DS_MOE, ONLY_DS_BIAS, ONLY_MLA, ONLY_Q_LORA,
+       ONLY_Q_PLAIN, NOT_MLA };
 
 /* HF name (after "model.layers.<i>.") -> GGUF name (after "blk.<i>."). */
 static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
@@ -48,7 +48,7 @@ static const struct { const char *hf, *gguf; int only; } k_layer_names[] = {
     {"mlp.up_proj.weight", "ffn_up.weight", ONLY_DENSE},
     {"mlp.down_proj.weight", "ffn_down.weight", ONLY_DENSE},
     {"mlp.gate.weight", "ffn_gate_inp.weight", ONLY_MOE},
-    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", ONLY_DS_MOE},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", ONLY_DS_BIAS},
     {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", ONLY_DS_MOE},
     {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", ONLY_DS_MOE},
     {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", ONLY_DS_MOE},
@@ -73,6 +73,7 @@ static bool layer_has(const model_config *c, int64_t il, int only) {
     case ONLY_DENSE: return !routed(c, il);
     case ONLY_MOE: return routed(c, il);
     case ONLY_DS_MOE: return mla && routed(c, il);
+    case ONLY_DS_BIAS: return mla && routed(c, il) && c->gating == GATING_SIGMOID;
     case ONLY_MLA: return mla;
     case ONLY_Q_LORA: return mla && c->mla.q_lora > 0;
     case ONLY_Q_PLAIN: return !mla || c->mla.q_lora == 0;
@@ -193,8 +194,10 @@ static int check_experts(const hf_weights *w, const model_config *c, char *err, 
                 FAIL("tensor %s is missing (%lld experts: experts 0 to %lld of every routed layer are needed)", name,
                      (long long)c->n_expert, (long long)(c->n_expert - 1));
             }
-    /* transformers' DeepseekV3 always saves the selection bias (a GGUF may lack it: then 0) */
-    for (int64_t il = c->n_layer_dense; c->arch == ARCH_DEEPSEEK2 && il < c->n_layer; il++) {
+    /* transformers' DeepseekV3 always saves the selection bias (a GGUF may lack it: then 0);
+     * DeepseekV2 has none (softmax gating) */
+    for (int64_t il = c->n_layer_dense; c->arch == ARCH_DEEPSEEK2 && c->gating == GATING_SIGMOID && il < c->n_layer;
+         il++) {
         char name[96];
         snprintf(name, sizeof name, "blk.%lld.exp_probs_b.bias", (long long)il);
         if (!hf_weights_find(w, name))

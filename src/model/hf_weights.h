@@ -16,9 +16,10 @@ typedef struct hf_weights hf_weights;
  * rotary inv_freq buffers are skipped. Llama's q/k projections are copied with their rows
  * in GGUF's order (HF keeps each head's rotary halves apart, GGUF interleaves them), so the
  * forward pass and its bits are those of the GGUF conversion. tied: lm_head.weight, if
- * present, is not used (the embedding is); untied: it is required. deepseek_v3 (deepseek2):
+ * present, is not used (the embedding is); untied: it is required. deepseek_v2/v3 (deepseek2):
  * MLA's tensors keep their layout (kv_b_proj is the merged attn_kv_b; the rope rows are
- * already in GGUF's pair order), the routed layers' e_score_correction_bias is required, and
+ * already in GGUF's pair order), the routed layers' e_score_correction_bias is required for
+ * V3 (sigmoid gating) and has no place in V2 (softmax, transformers would not read it), and
  * the multi-token-prediction layers stored after the last (hf_mtp_layers) are skipped. */
 int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen);
 void hf_weights_close(hf_weights *w);

@@ -23,6 +23,7 @@ struct moe_state {
     bool deepseek;
     expert_gating gating;
     int64_t n_group, n_group_used;
+    bool group_max; /* a group's score: its best expert (else its two best summed) */
     float scale;
     float *score; /* [E] one token's gate scores (route_token_deepseek) */
 };
@@ -47,6 +48,7 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     s->gating = c->gating;
     s->n_group = c->n_group;
     s->n_group_used = c->n_group_used;
+    s->group_max = c->expert_group_max;
     s->scale = c->expert_weights_scale;
     const size_t T = (size_t)max_tokens, E = (size_t)s->E, TK = T * (size_t)s->k;
     s->logits = falloc(T * E);
@@ -113,7 +115,8 @@ static int64_t best_free(const float *v, int64_t n, const uint64_t *taken) {
 
 /* deepseek2 (llama.cpp's semantics): scores p = softmax (over all experts, id order) or
  * sigmoid of the logits; selection by p + bias (the score-correction bias), within the
- * n_group_used groups of the best sum of two biased scores; the weights are the unbiased p
+ * n_group_used groups of the best sum of two biased scores (group_max: of the best biased
+ * score); the weights are the unbiased p
  * of the chosen, normalised to sum 1 if asked (sum in rank order), times scale. The row's
  * own values only. */
 static void route_token_deepseek(moe_state *s, int64_t t, const float *bias) {
@@ -138,7 +141,8 @@ static void route_token_deepseek(moe_state *s, int64_t t, const float *bias) {
             uint64_t two[MODEL_MAX_EXPERTS / 64] = {0};
             const int64_t a = best_free(sel_score + g * per, per, two);
             two[a / 64] |= 1ull << (a % 64);
-            gs[g] = sel_score[g * per + a] + sel_score[g * per + best_free(sel_score + g * per, per, two)];
+            gs[g] = s->group_max ? sel_score[g * per + a]
+                                 : sel_score[g * per + a] + sel_score[g * per + best_free(sel_score + g * per, per, two)];
         }
         uint64_t gtaken[MODEL_MAX_EXPERTS / 64] = {0};
         for (int64_t r = 0; r < s->n_group_used; r++) {

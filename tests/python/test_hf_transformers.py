@@ -177,8 +177,12 @@ def test_deepseek_v3_matches_transformers(deepseek, tmp_path, variant):
     assert err < TOL, err
 
 
-def edited(d: Path, tmp_path: Path, name: str, config=None, drop=None) -> Path:
-    """A copy of d with config.json keys replaced (None: removed) or a tensor dropped."""
+NULL = object()  # edited(config=...): write the key as JSON null
+
+
+def edited(d: Path, tmp_path: Path, name: str, config=None, drop=None, add=None) -> Path:
+    """A copy of d with config.json keys replaced (None: removed, NULL: null), a tensor
+    dropped or tensors added (name -> numpy array)."""
     import shutil
     out = tmp_path / name
     shutil.copytree(d, out)
@@ -189,13 +193,17 @@ def edited(d: Path, tmp_path: Path, name: str, config=None, drop=None) -> Path:
                 cfg[k] = {**cfg[k], **v}
             elif v is None:
                 cfg.pop(k, None)
+            elif v is NULL:
+                cfg[k] = None
             else:
                 cfg[k] = v
         (out / "config.json").write_text(json.dumps(cfg))
-    if drop:
+    if drop or add:
         from safetensors.numpy import load_file, save_file
         t = load_file(str(out / "model.safetensors"))
-        del t[drop]
+        if drop:
+            del t[drop]
+        t.update(add or {})
         save_file(t, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
@@ -235,8 +243,8 @@ DS_REFUSED = {
     "kv_lora_rank": (dict(config={"kv_lora_rank": 1 << 20}), "kv_lora_rank must be an integer in [1, 574]"),
     "num_key_value_heads": (dict(config={"num_key_value_heads": 2}), "num_key_value_heads 2 != num_attention_heads 4"),
     "fp8": (dict(config={"quantization_config": {"quant_method": "fp8"}}), "quantization_config: quantized"),
-    "deepseek_v2": (dict(config={"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"]}),
-                    "unsupported model_type 'deepseek_v2'"),
+    "read as deepseek_v2": (dict(config={"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"]}),
+                            "norm_topk_prob true is not supported for deepseek_v2"),
     "mtp tensor past the layers": (dict(config={"num_nextn_predict_layers": 0, "num_hidden_layers": 2,
                                                 "first_k_dense_replace": 1}),
                                    "tensor 'model.layers.2."),
@@ -261,3 +269,163 @@ def test_deepseek_v3_mtp_layers_skipped(deepseek, tmp_path):
     p = run(["logits", "--model", str(out), "--tokens", "1,2", "--out", str(tmp_path / "x.bin")])
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "x.bin").stat().st_size == 2 * VOCAB * 4
+
+
+# ---------------------------------------------------------------- deepseek_v2
+
+DS2_BASE = dict(
+    vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+    first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=2, n_routed_experts=8,
+    num_experts_per_tok=3, norm_topk_prob=False, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+    v_head_dim=12, rope_theta=10000.0, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    attn_implementation="eager")
+# V2-like (query bottleneck, group_limited_greedy over 4 groups of which 2, routed scale 2,
+# YaRN) and V2-Lite-like (plain query, greedy, scale 1, no rope scaling): softmax gating,
+# 3 layers, the first dense, top-3, two shared experts.
+DS2_VARIANTS = {
+    "v2": dict(q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+               routed_scaling_factor=2.0, rope_scaling=YARN),
+    "lite": dict(q_lora_rank=None, topk_method="greedy", routed_scaling_factor=1.0, rope_scaling=None),
+}
+
+
+def yarn_softmax_factor(cfg) -> float:
+    """DeepSeek's YaRN softmax factor, mscale(factor, mscale_all_dim)^2 (1 without YaRN)."""
+    s = cfg.rope_scaling
+    if not s or not s.get("mscale_all_dim") or s["factor"] <= 1:
+        return 1.0
+    return (0.1 * s["mscale_all_dim"] * np.log(s["factor"]) + 1.0) ** 2
+
+
+def build_deepseek_v2(d: Path, tokenizer_gguf: Path, **kw):
+    """(directory, logits, routing) where routing holds each routed layer's softmax gate
+    scores of every token (captured from the reference forward). transformers 4.57.1's
+    DeepseekV2Attention leaves DeepSeek's YaRN factor out of the softmax scale (fixed later
+    upstream; DeepSeek's own code, llama.cpp and invar apply it): the reference gets it here
+    (the returned flag: it was missing), so the comparison is with the model as trained."""
+    torch.manual_seed(0)
+    cfg = transformers.DeepseekV2Config(**{**DS2_BASE, **kw})
+    model = transformers.DeepseekV2ForCausalLM(cfg).float().eval()
+    randomise(model, 4)
+    patched = False
+    for layer in model.model.layers:
+        a = layer.self_attn
+        if yarn_softmax_factor(cfg) != 1.0 and a.scaling == a.qk_head_dim ** -0.5:
+            a.scaling *= yarn_softmax_factor(cfg)
+            patched = True
+    scores = []
+    hooks = [layer.mlp.gate.register_forward_hook(
+        lambda m, args, out: scores.append(torch.softmax(args[0].reshape(-1, args[0].shape[-1]).float()
+                                                         @ m.weight.float().T, dim=-1)))
+        for layer in model.model.layers[cfg.first_k_dense_replace:]]
+    ref = reference_logits(model)
+    for h in hooks:
+        h.remove()
+    return save(model, d, tokenizer_gguf), ref, [s.numpy() for s in scores], patched
+
+
+@pytest.fixture(scope="module")
+def deepseek_v2(tmp_path_factory, synthetic_model):
+    root = tmp_path_factory.mktemp("tf_deepseek_v2")
+    tok = synthetic_model("qwen3moe-F32")
+    return {name: build_deepseek_v2(root / name, tok, **kw) for name, kw in DS2_VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", list(DS2_VARIANTS))
+def test_deepseek_v2_matches_transformers(deepseek_v2, tmp_path, variant):
+    d, ref, _, _ = deepseek_v2[variant]
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "deepseek_v2" and cfg["architectures"] == ["DeepseekV2ForCausalLM"]
+    assert (cfg["q_lora_rank"] is None) == (variant == "lite")
+    err = rel_rms(invar_logits(d, tmp_path), ref)
+    print(f"deepseek_v2 {variant}: rms relative error vs transformers {err:.3g}")
+    assert err < TOL, err
+
+
+def test_deepseek_v2_groups_scored_by_best_expert(deepseek_v2):
+    """group_limited_greedy ranks groups by their best expert; V3's rule (the sum of the two
+    best) would route some token of this input to other experts, so the match above holds
+    only with the V2 rule."""
+    _, _, routing, _ = deepseek_v2["v2"]
+    differ = 0
+    for p in routing:
+        g = p.reshape(len(p), 4, 2)
+        by_max = np.sort(np.argsort(-g.max(-1), axis=-1)[:, :2], axis=-1)
+        by_sum = np.sort(np.argsort(-g.sum(-1), axis=-1)[:, :2], axis=-1)
+        differ += int(np.any(by_max != by_sum, axis=-1).sum())
+    print(f"deepseek_v2: {differ} of {sum(map(len, routing))} token-layers get other groups by two-expert sums")
+    assert differ > 0
+
+
+def test_deepseek_v2_yarn_softmax_factor_matters(deepseek_v2, tmp_path):
+    """The YaRN softmax factor the reference was given changes the logits far beyond TOL:
+    without it (transformers 4.57.1 as shipped) invar's logits would not match."""
+    d, ref, _, patched = deepseek_v2["v2"]
+    if not patched:
+        pytest.skip("this transformers applies the YaRN softmax factor itself")
+    cfg = transformers.DeepseekV2Config(**{**DS2_BASE, **DS2_VARIANTS["v2"]})
+    stock = transformers.DeepseekV2ForCausalLM.from_pretrained(str(d), config=cfg).float().eval()
+    err = rel_rms(invar_logits(d, tmp_path), reference_logits(stock))
+    print(f"deepseek_v2 v2 vs transformers without the YaRN softmax factor: rms relative error {err:.3g}")
+    assert err > 100 * TOL, err
+
+
+def zero_biases(d: Path) -> dict:
+    cfg = json.loads((d / "config.json").read_text())
+    return {f"model.layers.{il}.mlp.gate.e_score_correction_bias": np.zeros(cfg["n_routed_experts"], np.float32)
+            for il in range(cfg["first_k_dense_replace"], cfg["num_hidden_layers"])}
+
+
+# Each changes what invar computes on the same weights; the comparison must see it.
+DS2_CONTROLS = {
+    "routed_scaling_factor dropped": ("v2", dict(config={"routed_scaling_factor": 1.0})),
+    "group limit dropped": ("v2", dict(config={"topk_method": "greedy"})),
+    "yarn mscale": ("v2", dict(config={"rope_scaling": {"mscale": 1.0, "mscale_all_dim": 1.0}})),
+    # the same routing read as V3's with zero biases and one group: only the gating differs
+    "sigmoid gating": ("lite", dict(config={"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+                                            "scoring_func": "sigmoid", "topk_method": "noaux_tc", "n_group": 1,
+                                            "topk_group": 1}, add="biases")),
+}
+
+
+@pytest.mark.parametrize("case", list(DS2_CONTROLS))
+def test_deepseek_v2_keys_are_compared(deepseek_v2, tmp_path, case):
+    variant, edit = DS2_CONTROLS[case]
+    d, ref, _, _ = deepseek_v2[variant]
+    if edit.get("add") == "biases":
+        edit = {**edit, "add": zero_biases(d)}
+    err = rel_rms(invar_logits(edited(d, tmp_path, "m", **edit), tmp_path), ref)
+    print(f"deepseek_v2 {variant} with {case}: rms relative error {err:.3g}")
+    assert err > 100 * TOL, (case, err)
+
+
+DS2_REFUSED = {
+    "scoring_func": ("v2", dict(config={"scoring_func": "sigmoid"}), 'scoring_func must be "softmax"'),
+    "topk_method": ("v2", dict(config={"topk_method": "noaux_tc"}),
+                    'topk_method must be "greedy" or "group_limited_greedy"'),
+    "norm_topk_prob": ("lite", dict(config={"norm_topk_prob": True}),
+                       "norm_topk_prob true is not supported for deepseek_v2"),
+    "moe_layer_freq": ("lite", dict(config={"moe_layer_freq": 2}), "moe_layer_freq 2 is not supported"),
+    "no shared experts": ("lite", dict(config={"n_shared_experts": NULL}), "n_shared_experts null"),
+    "groups unnamed": ("v2", dict(config={"n_group": NULL}), "group_limited_greedy needs n_group and topk_group"),
+    "too few grouped experts": ("v2", dict(config={"topk_group": 1}),
+                                "num_experts_per_tok 3 exceeds the 2 experts of topk_group 1 groups"),
+    "rope_interleave": ("lite", dict(config={"rope_interleave": False}), "rope_interleave false: deepseek_v2"),
+    "linear rope": ("lite", dict(config={"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+                    "rope scaling type 'linear' is not supported for deepseek_v2"),
+    "selection bias": ("lite", dict(add="biases"),
+                       "tensor 'model.layers.1.mlp.gate.e_score_correction_bias' has no place"),
+    "missing q_proj": ("lite", dict(drop="model.layers.0.self_attn.q_proj.weight"),
+                       "missing tensor blk.0.attn_q.weight"),
+}
+
+
+@pytest.mark.parametrize("case", list(DS2_REFUSED))
+def test_deepseek_v2_refused(deepseek_v2, tmp_path, case):
+    variant, edit, message = DS2_REFUSED[case]
+    d = deepseek_v2[variant][0]
+    if edit.get("add") == "biases":
+        edit = {**edit, "add": zero_biases(d)}
+    p = run(["logits", "--model", str(edited(d, tmp_path, "m", **edit)), "--tokens", "1,2", "--out",
+             str(tmp_path / "x.bin")])
+    assert p.returncode != 0 and message in p.stderr, p.stderr
