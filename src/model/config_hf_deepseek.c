@@ -209,8 +209,8 @@ int hf_read_deepseek(const cJSON *cfg, bool v2, model_config *c, char *err, size
         hf_get_int(cfg, "hidden_size", 1, MODEL_MAX_EMBD, true, 0, &c->n_embd, err, errlen) ||
         hf_get_int(cfg, "num_attention_heads", 1, MODEL_MAX_HEADS, true, 0, &c->n_head, err, errlen) ||
         /* transformers' default; YaRN's original context falls back to it */
-        hf_get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, v2 ? 2048 : 4096, &c->n_ctx_train,
-                   err, errlen) ||
+        hf_get_int(cfg, "max_position_embeddings", 1, MODEL_MAX_CONTEXT, false, v2 ? 2048 : 4096, &c->n_ctx_train, err,
+                   errlen) ||
         /* DeepSeek-V3's multi-token-prediction module: layers after the last, not run */
         hf_get_int(cfg, "num_nextn_predict_layers", 0, MAX_MTP_LAYERS, false, 0, &c->hf_mtp_layers, err, errlen))
         return -1;

@@ -18,8 +18,8 @@ struct hf_weights {
 
 /* Which layers have a tensor: QK-norm is Qwen3's (dense and MoE); a routed layer has a
  * router and experts instead of the dense FFN (deepseek2: the layers after n_layer_dense,
- * with shared experts and, sigmoid-gated (V3), the score-correction bias); MLA (deepseek2) replaces q/k/v, its
- * query straight (q_lora 0) or through the q_a/q_b bottleneck. */
+ * with shared experts and, sigmoid-gated (V3), the score-correction bias); MLA (deepseek2)
+ * replaces q/k/v, its query straight (q_lora 0) or through the q_a/q_b bottleneck. */
 enum { ANY, ONLY_QWEN2, ONLY_QK_NORM, ONLY_DENSE, ONLY_MOE, ONLY_DS_MOE, ONLY_DS_BIAS, ONLY_MLA, ONLY_Q_LORA,
        ONLY_Q_PLAIN, NOT_MLA };
 

@@ -141,8 +141,8 @@ static void route_token_deepseek(moe_state *s, int64_t t, const float *bias) {
             uint64_t two[MODEL_MAX_EXPERTS / 64] = {0};
             const int64_t a = best_free(sel_score + g * per, per, two);
             two[a / 64] |= 1ull << (a % 64);
-            gs[g] = s->group_max ? sel_score[g * per + a]
-                                 : sel_score[g * per + a] + sel_score[g * per + best_free(sel_score + g * per, per, two)];
+            gs[g] = sel_score[g * per + a];
+            if (!s->group_max) gs[g] += sel_score[g * per + best_free(sel_score + g * per, per, two)];
         }
         uint64_t gtaken[MODEL_MAX_EXPERTS / 64] = {0};
         for (int64_t r = 0; r < s->n_group_used; r++) {
