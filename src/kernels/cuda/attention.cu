@@ -35,12 +35,16 @@ static_assert(ATT_SMALL_ROWS == 16, "the narrow variant: one warp of 16 rows");
 #define ATT_SMEM(w, hd) ((size_t)(16 * (w) + 2 * ATT_STAGES(w) * KB) * (hd) * 2 + (size_t)(32 * (w)) * ((hd) / 2) * 4)
 static_assert(SPLIT % KB == 0, "splits are whole blocks: a split's reduction is the same in every item");
 /* The wgmma kernel: NWG consumer warpgroups of 64 rows; 1 for items of up to 64 rows
- * (decode: 2 CTAs per SM), 2 for wider ones (ATT_MAX_ROWS). Copy stages: WG_STAGES. */
+ * (decode: 2 CTAs per SM), 2 for wider ones (ATT_MAX_ROWS); ST copy stages; RUN: room for
+ * the running output of whole (unsplit) items. Variants (NWG, ST, RUN): (2, 3, 1) wide,
+ * (1, 2, 1) narrow unsplit, (1, 3, 0) narrow split: each at most 114 KB (hd 128) where two
+ * CTAs share an SM. */
 #define WG_ROWS 64
-#define WG_STAGES(nwg) ((nwg) == 1 ? 2 : 3)
 /* Shared memory: 1 KB alignment slack, Q, ST stages of K and V (bf16), running outputs (fp32). */
-#define WG_SMEM(nwg, hd) \
-    (1024 + (size_t)(WG_ROWS * (nwg) + 2 * WG_STAGES(nwg) * KB) * (hd) * 2 + (size_t)(128 * (nwg)) * ((hd) / 2) * 4)
+#define WG_SMEM(nwg, st, run, hd) \
+    (1024 + (size_t)(WG_ROWS * (nwg) + 2 * (st) * KB) * (hd) * 2 + (run) * (size_t)(128 * (nwg)) * ((hd) / 2) * 4)
+static_assert(WG_SMEM(1, 2, 1, 128) <= 115 * 1024 && WG_SMEM(1, 3, 0, 128) <= 115 * 1024,
+              "two one-warpgroup CTAs per SM (228 KB, 1 KB reserved per CTA)");
 static_assert(ATT_MAX_ROWS == 2 * WG_ROWS, "the wide wgmma variant: 2 warpgroups of 64 rows");
 static_assert(KB == 64, "a block is one m64n64 S tile: 64 keys, 4 k16 steps of P V");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
@@ -303,13 +307,22 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
         smem = ATT_SMEM(W, hd);
         threads = 32 * W;
     } else {
-        /* Items of up to 64 rows (decode, short chunks) run on one warpgroup, 2 CTAs per SM;
-         * wider ones on 2 warpgroups sharing each K/V tile. Same bits. */
-        const int nwg = a->rows_max <= WG_ROWS ? 1 : 2;
-        kern = hd == 128 ? (nwg == 1 ? wg_attn_kernel_hd128<1> : wg_attn_kernel_hd128<2>)
-                         : (nwg == 1 ? wg_attn_kernel_hd64<1> : wg_attn_kernel_hd64<2>);
-        smem = hd == 128 ? WG_SMEM(nwg, 128) : WG_SMEM(nwg, 64);
-        threads = 128 * nwg;
+        /* Items of up to 64 rows (decode, short chunks) run on one warpgroup, 2 CTAs per SM
+         * (split launches: a deeper ring in place of the running outputs); wider ones on 2
+         * warpgroups sharing each K/V tile. Same bits. */
+        if (a->rows_max > WG_ROWS) {
+            kern = hd == 128 ? wg_attn_kernel_hd128<2, 3, true> : wg_attn_kernel_hd64<2, 3, true>;
+            smem = WG_SMEM(2, 3, 1, hd);
+            threads = 256;
+        } else if (a->split) {
+            kern = hd == 128 ? wg_attn_kernel_hd128<1, 3, false> : wg_attn_kernel_hd64<1, 3, false>;
+            smem = WG_SMEM(1, 3, 0, hd);
+            threads = 128;
+        } else {
+            kern = hd == 128 ? wg_attn_kernel_hd128<1, 2, true> : wg_attn_kernel_hd64<1, 2, true>;
+            smem = WG_SMEM(1, 2, 1, hd);
+            threads = 128;
+        }
     }
     attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
     if (smem > ctx->smem_optin)

@@ -23,9 +23,11 @@
  * same fold as the merge kernel.
  *
  * Shared memory (1024-byte aligned, 128-byte swizzle as TMA would write it): Q [NWG][HD/64]
- * [64 rows][64], then ST stages of K [HD/64][64 keys][64] and V (same), 8 KB sub-tiles; all
- * threads copy with cp.async (a page of one KV head is 16 contiguous rows), ST-stage ring,
- * one __syncthreads per block. */
+ * [64 rows][64], then ST stages of K [HD/64][64 keys][64] and V (same), 8 KB sub-tiles, then
+ * (RUN) the running outputs; all threads copy with cp.async (a page of one KV head is 16
+ * contiguous rows), ST-stage ring, one __syncthreads per block. RUN = false: a variant for
+ * split launches only (every item one split, written out), whose freed space holds a deeper
+ * ring. NWG, ST and RUN change the speed, not the per-row arithmetic. */
 #define WCH (HD / 8) /* 16-byte chunks per row of HD bf16 */
 static_assert(HD % 64 == 0, "head dims in 64-wide swizzle sub-tiles");
 
@@ -67,21 +69,22 @@ static __device__ __forceinline__ void AT(wload_kv)(uint32_t ks, uint32_t vs, co
     }
 }
 
-template <int NWG>
+template <int NWG, int ST, bool RUN>
 static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_item it, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale)
 {
-    constexpr int NT = 128 * NWG, MR = 64 * NWG, ST = WG_STAGES(NWG);
+    constexpr int NT = 128 * NWG, MR = 64 * NWG;
+    static_assert(ST >= 2, "a copy stage in flight while one is read");
     constexpr uint32_t KV_TILE = KB * HD * 2;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw), q_s = (raw + 1023u) & ~1023u; /* host adds 1 KB slack */
     const uint32_t k_s = q_s + MR * HD * 2;      /* [ST] K tiles */
     const uint32_t v_s = k_s + ST * KV_TILE;     /* [ST] V tiles */
-    /* The running output of the thread's rows (folded splits): thread-private, element i of
-     * thread t at [i][t] (a warp's accesses are one row of banks). */
+    /* The running output of the thread's rows (folded splits, RUN only): thread-private,
+     * element i of thread t at [i][t] (a warp's accesses are one row of banks). */
     float *orun = (float *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x;
 #define ORUN(i) orun[(i) * NT]
     const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
@@ -233,7 +236,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const bool has = wactive && tpos[h] >= sbase; /* the row has keys in the split */
-                if (it.chunk >= 0) {
+                if (!RUN || it.chunk >= 0) { /* !RUN: the host launches split items only */
                     if (!has) continue;
                     int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
                     float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + head) * (HD + 4);
@@ -244,6 +247,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
 #pragma unroll
                     for (int n = 0; n < HD / 8; n++)
                         *(float2 *)(dst + 4 + 8 * n + 2 * tig) = make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]);
+                } else if (!RUN) {
                 } else if (c == 0) {
                     mrun[h] = mc[h];
                     lrun[h] = lc[h];
@@ -275,16 +279,18 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
         }
     }
     cp_async_wait<0>(); /* only empty groups are left; none may outlive the item */
-    if (it.chunk >= 0) return;
+    if constexpr (RUN) { /* whole items: the folded output, normalised */
+        if (it.chunk >= 0) return;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (tpos[h] < 0) continue;
-        int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
-        __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + head) * HD + 2 * tig);
+        for (int h = 0; h < 2; h++) {
+            if (tpos[h] < 0) continue;
+            int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
+            __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + head) * HD + 2 * tig);
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-            dst[4 * n] = __floats2bfloat162_rn(__fdiv_rn(ORUN(4 * n + 2 * h), lrun[h]),
-                                               __fdiv_rn(ORUN(4 * n + 2 * h + 1), lrun[h]));
+            for (int n = 0; n < HD / 8; n++)
+                dst[4 * n] = __floats2bfloat162_rn(__fdiv_rn(ORUN(4 * n + 2 * h), lrun[h]),
+                                                   __fdiv_rn(ORUN(4 * n + 2 * h + 1), lrun[h]));
+        }
     }
 #undef ORUN
 }
@@ -294,7 +300,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
  * max_pages} in device memory and the CTAs stride over the items (a replayed CUDA graph).
  * Either way an item is the same instruction sequence, and NWG = 1 or 2 runs the same
  * per-warpgroup code. */
-template <int NWG>
+template <int NWG, int ST, bool RUN>
 __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1)
 AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
@@ -304,12 +310,12 @@ AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_
             const int32_t *__restrict__ counts)
 {
     if (!counts) {
-        AT(wg_item_run)<NWG>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
+        AT(wg_item_run)<NWG, ST, RUN>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
                              ws, n_heads, n_kv, max_pages, scale);
         return;
     }
     for (int i = blockIdx.x; i < __ldg(counts); i += gridDim.x) {
-        AT(wg_item_run)<NWG>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
+        AT(wg_item_run)<NWG, ST, RUN>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
                              __ldg(counts + 1), scale);
         __syncthreads(); /* the next item reuses the shared memory */
     }
