@@ -236,7 +236,8 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const bool has = wactive && tpos[h] >= sbase; /* the row has keys in the split */
-                if (!RUN || it.chunk >= 0) { /* !RUN: the host launches split items only */
+                if (!RUN || it.chunk >= 0) { /* !RUN: split launches only (a whole item there would
+                                              * write every split's partial: still right) */
                     if (!has) continue;
                     int tok = it.tok0 + row[h] / G, head = kh * G + row[h] % G;
                     float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + head) * (HD + 4);
