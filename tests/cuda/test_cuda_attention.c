@@ -208,6 +208,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
     HKV = n_kv_heads;
     HDIM = head_dim;
     printf("== %d query heads, %d KV heads, head_dim %d ==\n", HQ, HKV, HDIM);
+    const double t0 = now_s();
     int total_pages = 0, maxL = 0;
     for (int s = 0; s < NSEQ; s++) {
         total_pages += (L[s] + PG - 1) / PG;
@@ -343,6 +344,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         free(hq[s]); free(hk[s]); free(hv[s]); free(canon[s]); free(pages[s]); free(got[s]);
     }
     free(perm);
+    printf("(head_dim %d: %.1f s)\n", HDIM, now_s() - t0);
 }
 
 int main(void)
