@@ -3,7 +3,8 @@
 # writing logs, JSON and the chart under $OUT (default ./out/cuda, git-ignored).
 # Usage: scripts/cuda_device_run.sh [tests|bench|torch|all]...   (default: all)
 # CUDA_TESTS="test_cuda_attention ..." runs only those tests; BENCH_SECTIONS="attn ..." only
-# those bench sections.
+# those bench sections (gemm, rows, attn). Test environment variables pass through, e.g.
+# INVAR_CUDA_TEST_TINY=1 (test_cuda_attention: short sequences, every token vs fp64).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out/cuda}
@@ -30,6 +31,9 @@ grep -E "error|warning|Compiling entry|registers|spill" "$B/build.txt" | sed 's/
 if command -v cuobjdump >/dev/null; then
   o=$(find "$B" -name 'gemm_invariant.cu.o' | head -1)
   echo "SASS tensor-core instructions in the GEMM object: $(cuobjdump --dump-sass "$o" | grep -c HGMMA) HGMMA, $(cuobjdump --dump-sass "$o" | grep -c -E 'HMMA') HMMA"
+  o=$(find "$B" -name 'attention.cu.o' | head -1)
+  # wgmma kernel: HGMMA; the previous mma.sync kernel (kept for comparison): HMMA
+  [ -n "$o" ] && echo "SASS tensor-core instructions in the attention object: $(cuobjdump --dump-sass "$o" | grep -c HGMMA) HGMMA, $(cuobjdump --dump-sass "$o" | grep -c -E 'HMMA') HMMA"
 fi
 
 if want tests; then

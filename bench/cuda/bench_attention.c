@@ -1,5 +1,7 @@
 /* Attention benchmark: decode (one query token per sequence) over batch x context, and
- * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). */
+ * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). The
+ * default (wgmma) kernel with the plan's KV split and with the other one, and the previous
+ * mma.sync kernel (plan's split) in the same run. */
 #include <math.h>
 #include "bench_cuda.h"
 
@@ -25,10 +27,12 @@ static void run_attn(void *p)
 }
 
 /* One case: B sequences of context ctx_len, each with q_len query tokens at the end. */
-/* force: -1 the plan's own choice of KV split, else forced off (0) or on (1). */
-static double one(int B, int ctx_len, int q_len, int force, int *split)
+/* force: -1 the plan's own choice of KV split, else forced off (0) or on (1). mma: 1 runs the
+ * previous mma.sync kernel. */
+static double one(int B, int ctx_len, int q_len, int force, int mma, int *split)
 {
     invar_cuda_ctx *ctx = bench_ctx();
+    int was = invar_cuda_testing_attn_mma(ctx, mma);
     int pages = (ctx_len + PG - 1) / PG;
     size_t page_elems = (size_t)HKV * PG * HD;
     size_t kv = (size_t)B * pages * page_elems;
@@ -53,6 +57,7 @@ static double one(int B, int ctx_len, int q_len, int force, int *split)
     invar_cuda_attn_plan_force_split(a.plan, force);
     *split = invar_cuda_attn_plan_split(a.plan);
     double ms = bench_time_ms(run_attn, &a, 10);
+    invar_cuda_testing_attn_mma(ctx, was);
     invar_cuda_attn_plan_free(a.plan);
     free(bt); free(qs); free(ql); free(cl);
     CK(cudaFree(a.kc)); CK(cudaFree(a.vc)); CK(cudaFree(a.q)); CK(cudaFree(a.out)); CK(cudaFree(a.bt));
@@ -68,29 +73,36 @@ void bench_attention(FILE *js)
     fprintf(js, "\"attention\": [\n");
     int first = 1;
     for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) {
-        int split, other;
-        double ms = one(dec[i][0], dec[i][1], 1, -1, &split);
-        double ms_other = one(dec[i][0], dec[i][1], 1, !split, &other);
+        int split, other, s_mma;
+        double ms = one(dec[i][0], dec[i][1], 1, -1, 0, &split);
+        double ms_other = one(dec[i][0], dec[i][1], 1, !split, 0, &other);
+        double ms_mma = one(dec[i][0], dec[i][1], 1, -1, 1, &s_mma);
         double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
-        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us)\n", dec[i][0], dec[i][1],
-               ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3);
+        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us; mma.sync kernel %.1f us, "
+               "%.2fx)\n",
+               dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_mma * 1e3,
+               ms_mma / ms);
         fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d, "
-                "\"us_other_split\": %.2f}",
-                first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3);
+                "\"us_other_split\": %.2f, \"us_mma\": %.2f}",
+                first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3,
+                ms_mma * 1e3);
         first = 0;
         fflush(stdout);
     }
     printf("== attention prefill (one sequence, causal) ==\n");
     for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
-        int split, other;
-        double ms = one(1, pre[i], pre[i], -1, &split);
-        double ms_other = one(1, pre[i], pre[i], !split, &other);
+        int split, other, s_mma;
+        double ms = one(1, pre[i], pre[i], -1, 0, &split);
+        double ms_other = one(1, pre[i], pre[i], !split, 0, &other);
+        double ms_mma = one(1, pre[i], pre[i], -1, 1, &s_mma);
         double fl = 4.0 * HQ * HD * (double)pre[i] * (pre[i] + 1) / 2;
-        printf("prefill L=%5d: %9.1f us  %.1f TFLOP/s (causal FLOPs)  split=%d   (split=%d: %.1f us)\n", pre[i],
-               ms * 1e3, fl / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3);
+        printf("prefill L=%5d: %9.1f us  %.1f TFLOP/s (causal FLOPs)  split=%d   (split=%d: %.1f us; mma.sync kernel "
+               "%.1f us, %.1f TFLOP/s)\n",
+               pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_mma * 1e3,
+               fl / (ms_mma * 1e-3) / 1e12);
         fprintf(js, ",\n  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d, "
-                "\"us_other_split\": %.2f}",
-                pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split, ms_other * 1e3);
+                "\"us_other_split\": %.2f, \"us_mma\": %.2f}",
+                pre[i], ms * 1e3, fl / (ms * 1e-3) / 1e12, split, ms_other * 1e3, ms_mma * 1e3);
         fflush(stdout);
     }
     fprintf(js, "\n],\n");

@@ -1,28 +1,35 @@
-/* Device test of paged attention (Llama-3-8B heads: 32 query, 8 KV, head_dim 128):
+/* Device test of paged attention, for three head layouts (Llama-3-8B: 32 query, 8 KV heads,
+ * head_dim 128; 32 query, 4 KV heads, head_dim 64; 14 query, 2 KV heads, head_dim 64):
  * every (token, head) output must be bitwise the same whether the token is computed in a full
  * prefill, one token at a time (decode), in chunked prefill with chunks not aligned to the
  * 256-position KV splits, in ragged batches that mix decode and prefill of other sequences in
  * any order, and with the KV split across CTAs or folded inside one; and it must match an fp64
- * reference on random data. Pages are assigned in a shuffled order. */
+ * reference on random data.
+ * Pages are assigned in a shuffled order. The kernel is the default (wgmma) one; the previous
+ * mma.sync kernel's accuracy is reported beside it, as a diagnosis aid.
+ *
+ * Debugging a first run: INVAR_CUDA_TEST_TINY=1 runs short sequences only, one layout
+ * (INVAR_CUDA_TEST_HD=64 or 128 picks the head_dim; default 128), checks every token against fp64 and
+ * prints the worst elements; every failing comparison prints its first differing values. */
 #include <math.h>
 #include <string.h>
 #include "cuda_test_util.h"
 #include "invar_cuda.h"
 #include "kernels/cuda/invar_cuda_testing.h"
 
-#define HQ 32
-#define HKV 8
-#define HDIM 128
+static int HQ, HKV, HDIM; /* the layout under test */
 #define PG INVAR_CUDA_PAGE
 #define NSEQ 7
-static int L[NSEQ] = {1, 17, 255, 256, 257, 1000, 2100};
+static const int L_FULL[NSEQ] = {1, 17, 255, 256, 257, 1000, 2100};
+static int L[NSEQ];
 /* INVAR_CUDA_TEST_SMALL=1 (compute-sanitizer runs): the two longest are 300 and 600 (the
  * one-token-per-step runs dominate the time, and the prefix-hit case needs > 512). */
 static const int L_SMALL[NSEQ] = {1, 17, 255, 256, 257, 300, 600};
 /* INVAR_CUDA_TEST_SMALL=2 (racecheck, ~100x slower per launch): shorter still, and the
  * one-token-per-step decode runs once (forced split) instead of three times. */
 static const int L_RACE[NSEQ] = {1, 17, 64, 129, 255, 257, 300};
-static int race_mode;
+static const int L_TINY[NSEQ] = {1, 3, 17, 64, 65, 130, 300};
+static int race_mode, tiny_mode;
 
 static int failures;
 static invar_cuda_ctx *ctx;
@@ -39,7 +46,7 @@ static uint16_t *hq[NSEQ], *hk[NSEQ], *hv[NSEQ]; /* host Q [L][HQ][D], K/V [L][H
 static int32_t *pages[NSEQ];                      /* page of each 16-position block */
 static int max_pages;
 static uint16_t *kc, *vc;
-#define ROW (HQ * HDIM) /* elements of one token's output */
+#define ROW ((size_t)HQ * HDIM) /* elements of one token's output */
 static uint16_t *canon[NSEQ];                     /* canonical output [L][HQ][D] */
 
 struct seg { int seq, qs, qe; };
@@ -82,13 +89,32 @@ static void run_batch(const struct seg *sg, int n, int force_split, uint16_t **d
 static long compare_want(uint16_t **got, const char *name, int want_zero)
 {
     long bad = 0, rows = 0;
+    int fs = -1, ft = 0;
     for (int s = 0; s < NSEQ; s++)
         for (int t = 0; t < L[s]; t++) {
-            bad += memcmp(got[s] + (size_t)t * ROW, canon[s] + (size_t)t * ROW, ROW * 2) != 0;
+            int d = memcmp(got[s] + (size_t)t * ROW, canon[s] + (size_t)t * ROW, ROW * 2) != 0;
+            if (d && fs < 0) {
+                fs = s;
+                ft = t;
+            }
+            bad += d;
             rows++;
         }
     printf("%-44s %ld of %ld token rows differ from the full prefill%s\n", name, bad, rows,
            want_zero == 1 ? "" : want_zero == 0 ? " (negative control: must differ)" : " (reported only)");
+    if (fs >= 0 && want_zero == 1) {
+        /* The first differing row: which heads and dims, and the values. */
+        const uint16_t *a = got[fs] + (size_t)ft * ROW, *b = canon[fs] + (size_t)ft * ROW;
+        int shown = 0, nd = 0;
+        for (size_t e = 0; e < ROW; e++) {
+            if (a[e] == b[e]) continue;
+            nd++;
+            if (shown++ < 4)
+                printf("  first: seq %d (len %d) token %d head %d dim %d: got %.6g (0x%04x), full prefill %.6g (0x%04x)\n",
+                       fs, L[fs], ft, (int)(e / HDIM), (int)(e % HDIM), bf2f(a[e]), a[e], bf2f(b[e]), b[e]);
+        }
+        printf("  (%d of %zu values differ in that row)\n", nd, ROW);
+    }
     if (want_zero == 1) EXPECT(bad == 0, "attention: %s differs", name);
     else if (want_zero == 0) EXPECT(bad > 0, "attention: negative control %s found no difference", name);
     return bad;
@@ -116,17 +142,74 @@ static void run_steps(const int *step, int reverse, int force, uint16_t **dst)
     }
 }
 
-int main(void)
+/* fp64 attention of token t of sequence s, head h, into o[HDIM]. */
+static void reference(int s, int t, int h, double *o)
 {
-    int rc = invar_cuda_init(&ctx, 0);
-    if (rc == INVAR_CUDA_ENODEV) {
-        printf("no sm_90 device: skipped\n");
-        return SKIP_CODE;
+    int kh = h / (HQ / HKV);
+    double *sc = malloc(sizeof(double) * (t + 1)), mx = -INFINITY, sum = 0;
+    for (int j = 0; j <= t; j++) {
+        double d = 0;
+        for (int e = 0; e < HDIM; e++)
+            d += (double)bf2f(hq[s][((size_t)t * HQ + h) * HDIM + e]) * bf2f(hk[s][((size_t)j * HKV + kh) * HDIM + e]);
+        sc[j] = d / sqrt((double)HDIM);
+        mx = sc[j] > mx ? sc[j] : mx;
     }
-    if (rc) return 2;
-    const char *small = getenv("INVAR_CUDA_TEST_SMALL");
-    race_mode = small && strcmp(small, "2") == 0;
-    if (small) memcpy(L, race_mode ? L_RACE : L_SMALL, sizeof L);
+    for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
+    for (int e = 0; e < HDIM; e++) {
+        double acc = 0;
+        for (int j = 0; j <= t; j++) acc += sc[j] * bf2f(hv[s][((size_t)j * HKV + kh) * HDIM + e]);
+        o[e] = acc / sum;
+    }
+    free(sc);
+}
+
+/* Relative error of out (all sequences, [L][HQ][HDIM]) against fp64 on sampled tokens (every
+ * token in tiny mode), all heads; prints the worst element and per-sequence errors where
+ * they exceed the tolerance. */
+static double accuracy(uint16_t **o_dev, const char *what, int *nan_values)
+{
+    double num = 0, den = 0, worst = -1;
+    int ws = 0, wt = 0, wh = 0, we = 0;
+    double wgot = 0, wwant = 0;
+    *nan_values = 0;
+    double *ref = malloc(sizeof(double) * HDIM);
+    for (int s = 0; s < NSEQ; s++) {
+        double sn = 0, sd = 0;
+        int toks[3] = {0, L[s] / 2, L[s] - 1}, nt = tiny_mode ? L[s] : 3;
+        for (int ti = 0; ti < nt; ti++) {
+            int t = tiny_mode ? ti : toks[ti];
+            for (int h = 0; h < HQ; h++) {
+                reference(s, t, h, ref);
+                for (int e = 0; e < HDIM; e++) {
+                    double g = bf2f(o_dev[s][((size_t)t * HQ + h) * HDIM + e]), d = fabs(g - ref[e]);
+                    if (isnan(g)) (*nan_values)++;
+                    if (isnan(g) || d > worst) {
+                        worst = isnan(g) ? INFINITY : d;
+                        ws = s; wt = t; wh = h; we = e; wgot = g; wwant = ref[e];
+                    }
+                    sn += (g - ref[e]) * (g - ref[e]);
+                    sd += ref[e] * ref[e];
+                }
+            }
+        }
+        num += sn;
+        den += sd;
+        if (!(sqrt(sn / sd) < 8e-3))
+            printf("  %s: seq %d (len %d): rel err %.3e\n", what, s, L[s], sqrt(sn / sd));
+    }
+    free(ref);
+    printf("  %s: worst element seq %d token %d head %d dim %d: got %.6g, fp64 %.6g\n", what, ws, wt, wh, we, wgot,
+           wwant);
+    return sqrt(num / den);
+}
+
+static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
+{
+    HQ = n_q_heads;
+    HKV = n_kv_heads;
+    HDIM = head_dim;
+    printf("== %d query heads, %d KV heads, head_dim %d ==\n", HQ, HKV, HDIM);
+    const double t0 = now_s();
     int total_pages = 0, maxL = 0;
     for (int s = 0; s < NSEQ; s++) {
         total_pages += (L[s] + PG - 1) / PG;
@@ -180,41 +263,20 @@ int main(void)
     }
     run_batch(all, NSEQ, 0, canon);
 
-    /* Accuracy against fp64 on sampled tokens, all heads. */
-    double num = 0, den = 0;
-    int nan_rows = 0;
-    for (int s = 0; s < NSEQ; s++) {
-        int toks[3] = {0, L[s] / 2, L[s] - 1};
-        for (int ti = 0; ti < 3; ti++) {
-            int t = toks[ti];
-            for (int h = 0; h < HQ; h++) {
-                int kh = h / (HQ / HKV);
-                double *sc = malloc(sizeof(double) * (t + 1)), mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
-                    double d = 0;
-                    for (int e = 0; e < HDIM; e++)
-                        d += (double)bf2f(hq[s][((size_t)t * HQ + h) * HDIM + e]) *
-                             bf2f(hk[s][((size_t)j * HKV + kh) * HDIM + e]);
-                    sc[j] = d / sqrt((double)HDIM);
-                    mx = sc[j] > mx ? sc[j] : mx;
-                }
-                for (int j = 0; j <= t; j++) sum += (sc[j] = exp(sc[j] - mx));
-                for (int e = 0; e < HDIM; e++) {
-                    double o = 0;
-                    for (int j = 0; j <= t; j++) o += sc[j] * bf2f(hv[s][((size_t)j * HKV + kh) * HDIM + e]);
-                    o /= sum;
-                    double g = bf2f(canon[s][((size_t)t * HQ + h) * HDIM + e]);
-                    if (isnan(g)) nan_rows++;
-                    num += (g - o) * (g - o);
-                    den += o * o;
-                }
-                free(sc);
-            }
-        }
-    }
-    double err = sqrt(num / den);
-    printf("accuracy vs fp64 (sampled tokens, all heads): rel err %.2e (tol 8e-3), NaN values %d\n", err, nan_rows);
-    EXPECT(err < 8e-3 && nan_rows == 0, "attention accuracy %.2e", err);
+    /* The previous (mma.sync) kernel on the same batch: its accuracy is reported only, so a
+     * failure of the default kernel's check below shows whether the data or the kernel is off. */
+    int was = invar_cuda_testing_attn_mma(ctx, 1), nan_values;
+    run_batch(all, NSEQ, 0, got);
+    invar_cuda_testing_attn_mma(ctx, was);
+    double err_mma = accuracy(got, "mma.sync kernel", &nan_values);
+    printf("accuracy vs fp64 of the previous mma.sync kernel: rel err %.2e, NaN values %d (reported only)\n", err_mma,
+           nan_values);
+
+    /* Accuracy against fp64 on sampled tokens (all in tiny mode), all heads. */
+    double err = accuracy(canon, "default kernel", &nan_values);
+    printf("accuracy vs fp64 (%s tokens, all heads): rel err %.2e (tol 8e-3), NaN values %d\n",
+           tiny_mode ? "all" : "sampled", err, nan_values);
+    EXPECT(err < 8e-3 && nan_values == 0, "attention accuracy %.2e (head_dim %d)", err, HDIM);
 
     run_batch(all, NSEQ, 1, got);
     compare(got, "full prefill, KV split across CTAs");
@@ -260,15 +322,15 @@ int main(void)
         /* The same check with the merge's fold order following the batch's token count. */
         invar_cuda_testing_merge_by_batch(ctx, 1);
         run_steps(mixed, 0, 1, got);
-        /* Mode 2's sequences are too short for the control's reordered merge to show often:
-         * it is only reported there (modes 0 and 1 require it to differ). */
-        compare_want(got, "ragged mix, split [control: merge follows batch]", race_mode ? -1 : 0);
+        /* Mode 2's and tiny mode's sequences are too short for the control's reordered merge
+         * to show often: it is only reported there (modes 0 and 1 require it to differ). */
+        compare_want(got, "ragged mix, split [control: merge follows batch]", race_mode || tiny_mode ? -1 : 0);
         invar_cuda_testing_merge_by_batch(ctx, 0);
     }
     {
         /* Prefix-cache hit: the first 512 positions were cached by another request; the rest
          * arrives as one prefill on top of them. */
-        int pre = race_mode ? 272 : 512; /* past the first 256-position KV split either way */
+        int pre = race_mode || tiny_mode ? 272 : 512; /* past the first 256-position KV split either way */
         struct seg a = {6, 0, pre}, b = {6, pre, L[6]};
         memcpy(got[6], canon[6], (size_t)L[6] * ROW * 2);
         run_batch(&a, 1, -1, got);
@@ -279,6 +341,38 @@ int main(void)
     }
     CK(cudaFree(kc));
     CK(cudaFree(vc));
+    for (int s = 0; s < NSEQ; s++) {
+        free(hq[s]); free(hk[s]); free(hv[s]); free(canon[s]); free(pages[s]); free(got[s]);
+    }
+    free(perm);
+    printf("(head_dim %d: %.1f s)\n", HDIM, now_s() - t0);
+}
+
+int main(void)
+{
+    int rc = invar_cuda_init(&ctx, 0);
+    if (rc == INVAR_CUDA_ENODEV) {
+        printf("no sm_90 device: skipped\n");
+        return SKIP_CODE;
+    }
+    if (rc) return 2;
+    const char *small = getenv("INVAR_CUDA_TEST_SMALL"), *tiny = getenv("INVAR_CUDA_TEST_TINY");
+    const char *hd = getenv("INVAR_CUDA_TEST_HD");
+    race_mode = small && strcmp(small, "2") == 0;
+    tiny_mode = tiny && strcmp(tiny, "0") != 0;
+    memcpy(L, tiny_mode ? L_TINY : small ? (race_mode ? L_RACE : L_SMALL) : L_FULL, sizeof L);
+    printf("attention kernel: %s%s\n", invar_cuda_testing_attn_mma(ctx, -1) ? "mma.sync (INVAR_CUDA_ATTN=mma)" : "wgmma",
+           tiny_mode ? ", tiny mode" : "");
+    int only = hd ? atoi(hd) : tiny_mode ? 128 : 0;
+    if (only != 0 && only != 64 && only != 128) {
+        printf("INVAR_CUDA_TEST_HD must be 64 or 128\n");
+        return 2;
+    }
+    if (!only || only == 128) run_config(32, 8, 128);
+    /* The sanitizer modes (SMALL) skip this one: the next covers head_dim 64 too. */
+    if ((!only && !small) || only == 64) run_config(32, 4, 64);
+    /* Qwen2-0.5B's heads: 7 rows per token, so a token's rows straddle warps and warpgroups. */
+    if (!only || only == 64) run_config(14, 2, 64);
     invar_cuda_free(ctx);
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;

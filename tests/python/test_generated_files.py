@@ -20,6 +20,11 @@ def test_wgmma_header_is_generated(repo_root):
     assert generate(repo_root, "gen_wgmma.py") == out.read_bytes()
 
 
+def test_attention_wgmma_header_is_generated(repo_root):
+    out = repo_root / "src" / "kernels" / "cuda" / "wgmma_m64n64k16.cuh"
+    assert generate(repo_root, "gen_wgmma_attn.py") == out.read_bytes()
+
+
 def test_unicode_tables_are_generated(repo_root):
     out = repo_root / "src" / "tokenizer" / "unicode_tables.c"
     committed = out.read_bytes()

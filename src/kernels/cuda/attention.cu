@@ -1,5 +1,7 @@
 /* Paged, ragged, grouped-query attention with a batch-invariant KV reduction, on tensor
- * cores (mma.sync m16n8k16, bf16 inputs, fp32 accumulation).
+ * cores: wgmma m64n64k16 (attention_wgmma_body.cuh, the default), or the previous mma.sync
+ * m16n8k16 kernel (attention_mma_body.cuh, INVAR_CUDA_ATTN=mma); bf16 inputs, fp32
+ * accumulation.
  *
  * For a query row (token, head) the keys are cut into splits at absolute positions
  * [256c, 256c+256), and each split into blocks of 64 at absolute positions. A split is
@@ -9,13 +11,15 @@
  * by fold_scales/fold_val, either inside the CTA (one CTA walks all splits of its tokens) or by
  * attn_merge_kernel over partials that separate CTAs wrote: the same functions on the same fp32
  * values, so the bits do not depend on which path ran, on how many tokens a CTA holds, on
- * where in a 16-row MMA tile a row sits, nor on what else is in the batch. */
+ * where in an MMA tile a row sits, nor on what else is in the batch. Decode runs the same
+ * kernel as prefill: its few rows (the query heads of a KV head) padded into a 64-row tile. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/hopper_ptx.cuh"
+#include "kernels/cuda/wgmma_m64n64k16.cuh"
 
 #define SPLIT INVAR_CUDA_KV_SPLIT
 #define PAGE INVAR_CUDA_PAGE
@@ -30,6 +34,19 @@ static_assert(ATT_SMALL_ROWS == 16, "the narrow variant: one warp of 16 rows");
 /* Shared memory of a W-warp CTA: Q tile, K and V tiles (bf16), the running outputs (fp32). */
 #define ATT_SMEM(w, hd) ((size_t)(16 * (w) + 2 * ATT_STAGES(w) * KB) * (hd) * 2 + (size_t)(32 * (w)) * ((hd) / 2) * 4)
 static_assert(SPLIT % KB == 0, "splits are whole blocks: a split's reduction is the same in every item");
+/* The wgmma kernel: NWG consumer warpgroups of 64 rows; 1 for items of up to 64 rows
+ * (decode: 2 CTAs per SM), 2 for wider ones (ATT_MAX_ROWS); ST copy stages; RUN: room for
+ * the running output of whole (unsplit) items. Variants (NWG, ST, RUN): (2, 3, 1) wide,
+ * (1, 2, 1) narrow unsplit, (1, 3, 0) narrow split: each at most 114 KB (hd 128) where two
+ * CTAs share an SM. */
+#define WG_ROWS 64
+/* Shared memory: 1 KB alignment slack, Q, ST stages of K and V (bf16), running outputs (fp32). */
+#define WG_SMEM(nwg, st, run, hd) \
+    (1024 + (size_t)(WG_ROWS * (nwg) + 2 * (st) * KB) * (hd) * 2 + (run) * (size_t)(128 * (nwg)) * ((hd) / 2) * 4)
+static_assert(WG_SMEM(1, 2, 1, 128) <= 115 * 1024 && WG_SMEM(1, 3, 0, 128) <= 115 * 1024,
+              "two one-warpgroup CTAs per SM (228 KB, 1 KB reserved per CTA)");
+static_assert(ATT_MAX_ROWS == 2 * WG_ROWS, "the wide wgmma variant: 2 warpgroups of 64 rows");
+static_assert(KB == 64, "a block is one m64n64 S tile: 64 keys, 4 k16 steps of P V");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
 
 struct invar_cuda_attn_plan {
@@ -97,6 +114,22 @@ static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
 static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/* Pins registers that wgmma reads or writes asynchronously: the compiler may not move their
+ * other uses across this point (between the wgmma issue and its wait). */
+template <int N> static __device__ __forceinline__ void fence_regs(float *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> static __device__ __forceinline__ void fence_regs_u(uint32_t *r)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
 static __device__ __forceinline__ void st_shared_zero16(uint32_t dst)
 {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst), "r"(0) : "memory");
@@ -131,12 +164,16 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 
 #define HD 128
 #define AT(name) name##_hd128
-#include "kernels/cuda/attention_body.cuh"
+#include "kernels/cuda/attention_mma_body.cuh"
+#include "kernels/cuda/attention_wgmma_body.cuh"
+#include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
 #define HD 64
 #define AT(name) name##_hd64
-#include "kernels/cuda/attention_body.cuh"
+#include "kernels/cuda/attention_mma_body.cuh"
+#include "kernels/cuda/attention_wgmma_body.cuh"
+#include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
 
@@ -257,20 +294,48 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if ((hd != 64 && hd != 128) || a->rows_max <= 0 || a->rows_max > ATT_MAX_ROWS || a->grid < 0 ||
         (a->split && !a->ws))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
-    /* Items of up to 16 rows (decode, short speculation chunks) run on one warp per CTA,
-     * several CTAs per SM; wider ones on 8 warps sharing each K/V tile. Same bits. */
-    const int narrow = a->rows_max <= ATT_SMALL_ROWS;
-    const int W = narrow ? 1 : ATT_MAX_ROWS / 16;
-    attn_kernel_fn kern = hd == 128 ? (narrow ? attn_kernel_hd128<1> : attn_kernel_hd128<ATT_MAX_ROWS / 16>)
-                                    : (narrow ? attn_kernel_hd64<1> : attn_kernel_hd64<ATT_MAX_ROWS / 16>);
+    attn_kernel_fn kern;
+    size_t smem;
+    unsigned threads;
+    if (ctx->attn_mma) {
+        /* Items of up to 16 rows (decode, short speculation chunks) run on one warp per CTA,
+         * several CTAs per SM; wider ones on 8 warps sharing each K/V tile. Same bits. */
+        const int narrow = a->rows_max <= ATT_SMALL_ROWS;
+        const int W = narrow ? 1 : ATT_MAX_ROWS / 16;
+        kern = hd == 128 ? (narrow ? attn_kernel_hd128<1> : attn_kernel_hd128<ATT_MAX_ROWS / 16>)
+                         : (narrow ? attn_kernel_hd64<1> : attn_kernel_hd64<ATT_MAX_ROWS / 16>);
+        smem = ATT_SMEM(W, hd);
+        threads = 32 * W;
+    } else {
+        /* Items of up to 64 rows (decode, short chunks) run on one warpgroup, 2 CTAs per SM
+         * (split launches: a deeper ring in place of the running outputs); wider ones on 2
+         * warpgroups sharing each K/V tile. Same bits. */
+        if (a->rows_max > WG_ROWS) {
+            kern = hd == 128 ? wg_attn_kernel_hd128<2, 3, true> : wg_attn_kernel_hd64<2, 3, true>;
+            smem = WG_SMEM(2, 3, 1, hd);
+            threads = 256;
+        } else if (a->split) {
+            kern = hd == 128 ? wg_attn_kernel_hd128<1, 3, false> : wg_attn_kernel_hd64<1, 3, false>;
+            smem = WG_SMEM(1, 3, 0, hd);
+            threads = 128;
+        } else {
+            kern = hd == 128 ? wg_attn_kernel_hd128<1, 2, true> : wg_attn_kernel_hd64<1, 2, true>;
+            smem = WG_SMEM(1, 2, 1, hd);
+            threads = 128;
+        }
+    }
     attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
-    size_t smem = ATT_SMEM(W, hd);
+    if (smem > ctx->smem_optin)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
+                               smem, ctx->smem_optin);
     if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                         "attn smem attribute"))
+                         "attn smem attribute") ||
+        invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+                         "attn carveout attribute")) /* two 114 KB one-warpgroup CTAs per SM */
         return INVAR_CUDA_ECUDA;
     if (a->n_tokens == 0 || a->grid == 0) return 0;
     dim3 grid(a->grid, a->n_kv_heads);
-    kern<<<grid, 32 * W, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+    kern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
                                               a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
                                               a->n_kv_heads, a->max_pages, scale, a->counts);
     if (a->split) {

@@ -55,6 +55,10 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     ctx->device = device;
     ctx->sm_count = prop.multiProcessorCount;
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    /* A fallback and a comparison, never needed for correctness: both kernels are invariant
+     * (their bits differ from each other's). */
+    const char *attn = getenv("INVAR_CUDA_ATTN");
+    ctx->attn_mma = attn && strcmp(attn, "mma") == 0;
     cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,

@@ -21,6 +21,7 @@ struct invar_cuda_ctx {
     int gemm_max_clusters_raw;  /* what the occupancy query said */
     int testing_norm_by_rows;   /* negative controls (invar_cuda_testing.h), 0 in real use */
     int testing_merge_by_batch;
+    int attn_mma;               /* 1: the previous mma.sync attention kernel (INVAR_CUDA_ATTN=mma) */
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
     char err[256];

@@ -126,6 +126,28 @@ static __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr)
     return d;
 }
 
+/* The same for an MN-major operand (its N index contiguous: V stored [key][dim] as the B of
+ * P V, with imm-trans-b = 1): 128-byte rows along K (keys), 8-row groups 1024 bytes apart, a
+ * k16 step adds 2048 bytes. One byte offset steps over the 8-row groups in K and the other
+ * over 64-element swizzle atoms in N; an N = 64 instruction spans one atom and never uses the
+ * latter, so both are 1024 and the descriptor does not depend on which field is which. */
+static __device__ __forceinline__ uint64_t smem_desc_sw128_mn(uint32_t addr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)(1024 >> 4) << 16;
+    d |= (uint64_t)(1024 >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+/* Orders this thread's generic-proxy shared-memory writes (st.shared, completed cp.async)
+ * before later async-proxy reads (wgmma operands) once a barrier publishes them. */
+static __device__ __forceinline__ void fence_proxy_async(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 #define SETMAXNREG_DEC(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 " #n ";" ::: "memory")
 #define SETMAXNREG_INC(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 " #n ";" ::: "memory")
 

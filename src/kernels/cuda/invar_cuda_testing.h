@@ -32,6 +32,12 @@ typedef struct {
 int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
                              invar_cuda_gemm_plan *out);
 
+/* ---- attention kernels ---- */
+/* on = 1: the previous mma.sync attention kernel, 0: the wgmma kernel (the default; also
+ * INVAR_CUDA_ATTN=mma in the environment picks the old one at init); -1 only asks. Returns
+ * the previous setting. Both are invariant; their bits differ from each other's. */
+int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on);
+
 /* ---- helpers for tests and benchmarks ------------------------------------------------ */
 /* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */
 int invar_cuda_fill_random_bf16(invar_cuda_ctx *ctx, uint16_t *p, size_t n, uint64_t seed, float scale);

@@ -84,3 +84,9 @@ extern "C" int invar_cuda_read_flush(invar_cuda_ctx *ctx, const void *buf, size_
 
 extern "C" void invar_cuda_testing_norm_by_rows(invar_cuda_ctx *ctx, int on) { ctx->testing_norm_by_rows = on; }
 extern "C" void invar_cuda_testing_merge_by_batch(invar_cuda_ctx *ctx, int on) { ctx->testing_merge_by_batch = on; }
+extern "C" int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on)
+{
+    int was = ctx->attn_mma;
+    if (on >= 0) ctx->attn_mma = on != 0;
+    return was;
+}

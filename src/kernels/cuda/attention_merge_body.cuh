@@ -1,0 +1,55 @@
+/* Per-head_dim kernels shared by both attention items (included by attention.cu with HD and
+ * AT(name) defined): the in-order merge of split partials and the KV-cache write. */
+/* Folds a token-head's split partials in split order: one warp per (token, head), each lane
+ * 2 dims per 64. */
+__global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
+                                  const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
+                                  int n_tokens, int n_heads, int reverse)
+{
+    int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (gw >= n_tokens * n_heads) return;
+    int tok = gw / n_heads, h = gw % n_heads;
+    int nc = tok_pos[tok] / SPLIT + 1;
+    float m = 0, l = 0, o[HD / 32];
+    for (int k = 0; k < nc; k++) {
+        const int c = reverse ? nc - 1 - k : k; /* reverse: negative control only */
+        const float *src = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
+        float mc = src[0], lc = src[1];
+        if (k == 0) {
+            m = mc;
+            l = lc;
+#pragma unroll
+            for (int i = 0; i < HD / 32; i++) o[i] = src[4 + lane + 32 * i];
+        } else {
+            float mn, a, b;
+            fold_scales(m, mc, &mn, &a, &b);
+            m = mn;
+            l = fold_val(l, lc, a, b);
+#pragma unroll
+            for (int i = 0; i < HD / 32; i++) o[i] = fold_val(o[i], src[4 + lane + 32 * i], a, b);
+        }
+    }
+    uint16_t *dst = out + ((size_t)tok * n_heads + h) * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 32; i++) {
+        __nv_bfloat16 v = __float2bfloat16_rn(__fdiv_rn(o[i], l));
+        dst[lane + 32 * i] = *(uint16_t *)&v;
+    }
+}
+
+__global__ void AT(kv_write_kernel)(const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
+                                uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
+                                const int32_t *__restrict__ slot, int n_kv, size_t nvec)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nvec) return;
+    int per_tok = n_kv * HD / 8;
+    size_t t = i / per_tok;
+    int r = (int)(i % per_tok);
+    int kh = r / (HD / 8), dv = r % (HD / 8);
+    int s = slot[t];
+    size_t dst = (((size_t)(s / PAGE) * n_kv + kh) * PAGE + s % PAGE) * HD / 8 + dv;
+    ((uint4 *)kc)[dst] = ((const uint4 *)k)[i];
+    ((uint4 *)vc)[dst] = ((const uint4 *)v)[i];
+}
+
