@@ -30,8 +30,11 @@ def load_average():
 
 
 def git_commit():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
-                       capture_output=True, text=True)
+    try:
+        r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "include"],
+                           capture_output=True, text=True)
+    except OSError:  # no git (a device machine's copy of the tree): the caller records the commit
+        return os.environ.get("INVAR_COMMIT", "unknown")
     # Say when the binary may hold uncommitted code.
     return r.stdout.strip() + ("+uncommitted-src" if d.stdout.strip() else "")

@@ -7,7 +7,8 @@
  * forward, and a hash of every token id and logprob so runs can be compared bit for bit.
  *
  * usage: spec_bench MODEL WORKLOAD N_SEQS off|ngram|draft K MAX_TOKENS THREADS [DRAFT_MODEL]
- * workloads: edit, summarise, code (the output repeats its input) and free (it does not). */
+ * workloads: edit, summarise, code (the output repeats its input) and free (it does not).
+ * SPEC_BENCH_DEVICE=cuda runs the engine on the GPU (a CUDA build). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,8 @@ int main(int argc, char **argv) {
     invar_engine_config_default(&cfg);
     cfg.n_threads = threads;
     cfg.max_batch = n;
+    const char *dev = getenv("SPEC_BENCH_DEVICE");
+    if (dev && !strcmp(dev, "cuda")) cfg.device = INVAR_DEVICE_CUDA;
     cfg.draft_model = dm;
     invar_engine *e;
     if (invar_engine_create(m, &cfg, &e, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;

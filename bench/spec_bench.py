@@ -15,6 +15,7 @@ Writes bench/results/spec_<date>.json and .png.
 
 usage: cmake --build build --target spec_bench
        .venv/bin/python bench/spec_bench.py [--reps 3] [--max-tokens 128] [--threads 1]
+       [--device cuda --binary build-cuda/spec_bench]   (the GPU engine; speed-up per wall second)
 """
 import argparse
 import datetime
@@ -31,9 +32,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = ["edit", "summarise", "code", "free"]
 
 
-def run_one(binary, model, workload, n, mode, k, max_tokens, threads):
+def run_one(binary, model, workload, n, mode, k, max_tokens, threads, device="cpu"):
+    env = dict(os.environ, SPEC_BENCH_DEVICE=device)
     out = subprocess.run([binary, model, workload, str(n), mode, str(k), str(max_tokens), str(threads)],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -47,18 +49,20 @@ def main():
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--seqs", default="1,4,16")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: the GPU engine (the speed-up is then per wall second: CPU time is the host's)")
     a = ap.parse_args()
     seqs = [int(x) for x in a.seqs.split(",")]
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M")
-    out = a.out or os.path.join(ROOT, "bench", "results", f"spec_{stamp}")
+    out = a.out or os.path.join(ROOT, "bench", "results", f"spec_{a.device}_{stamp}" if a.device != "cpu" else f"spec_{stamp}")
     rows = []
     load_before = load_average()
     for w in WORKLOADS:
         for n in seqs:
             plain, spec = [], []
             for _ in range(a.reps):
-                plain.append(run_one(a.binary, a.model, w, n, "off", a.k, a.max_tokens, a.threads))
-                spec.append(run_one(a.binary, a.model, w, n, "ngram", a.k, a.max_tokens, a.threads))
+                plain.append(run_one(a.binary, a.model, w, n, "off", a.k, a.max_tokens, a.threads, a.device))
+                spec.append(run_one(a.binary, a.model, w, n, "ngram", a.k, a.max_tokens, a.threads, a.device))
             identical = all(p["output_hash"] == s["output_hash"] for p in plain for s in spec)
             tp = statistics.median(p["tokens_per_s"] for p in plain)
             ts = statistics.median(s["tokens_per_s"] for s in spec)
@@ -66,7 +70,8 @@ def main():
             cs = statistics.median(s["tokens_per_cpu_s"] for s in spec)
             row = {"workload": w, "n_seqs": n, "plain_tokens_per_s": tp, "spec_tokens_per_s": ts,
                    "speedup_wall": ts / tp if tp else None, "plain_tokens_per_cpu_s": cp,
-                   "spec_tokens_per_cpu_s": cs, "speedup": cs / cp if cp else None,
+                   "spec_tokens_per_cpu_s": cs,
+                   "speedup": (ts / tp if tp else None) if a.device == "cuda" else (cs / cp if cp else None),
                    "acceptance": spec[0]["acceptance"],
                    "tokens_per_seq_forward": spec[0]["tokens_per_seq_forward"],
                    "decode_tokens": spec[0]["decode_tokens"], "bit_identical": identical,
@@ -75,11 +80,13 @@ def main():
                    "plain_cpu_samples": [p["tokens_per_cpu_s"] for p in plain],
                    "spec_cpu_samples": [s["tokens_per_cpu_s"] for s in spec]}
             rows.append(row)
-            print(f"{w:10s} n={n:2d}  plain {cp:7.1f} tok/cpu-s  spec {cs:7.1f} tok/cpu-s  x{row['speedup']:.2f}  "
+            unit, vp, vs = ("tok/s", tp, ts) if a.device == "cuda" else ("tok/cpu-s", cp, cs)
+            print(f"{w:10s} n={n:2d}  plain {vp:7.1f} {unit}  spec {vs:7.1f} {unit}  x{row['speedup']:.2f}  "
                   f"(wall x{row['speedup_wall']:.2f})  "
                   f"accept {row['acceptance']:.2f}  tok/fwd {row['tokens_per_seq_forward']:.2f}  "
                   f"identical={identical}", flush=True)
-    result = {"what": "prompt-lookup speculative decoding vs plain decoding, CPU, greedy",
+    result = {"what": f"prompt-lookup speculative decoding vs plain decoding, {a.device.upper()}, greedy",
+              "device": a.device,
               "model": os.path.basename(a.model), "k": a.k, "max_tokens": a.max_tokens, "threads": a.threads,
               "reps": a.reps, "commit": git_commit(), "machine": machine_info(),
               "load_average_before": load_before, "load_average_after": load_average(), "rows": rows}
@@ -103,7 +110,8 @@ def plot(result, path):
         xs = [i + (j - (len(seqs) - 1) / 2) * width for i in range(len(WORKLOADS))]
         axes[0].bar(xs, sp, width, label=f"{n} seq")
         axes[1].bar(xs, tf, width, label=f"{n} seq")
-    for ax, title in ((axes[0], "decode speed-up vs plain (per CPU-second)"),
+    per = "wall second" if result.get("device") == "cuda" else "CPU-second"
+    for ax, title in ((axes[0], f"decode speed-up vs plain (per {per})"),
                       (axes[1], "tokens per sequence forward")):
         ax.set_xticks(range(len(WORKLOADS)))
         ax.set_xticklabels(WORKLOADS)
@@ -112,8 +120,9 @@ def plot(result, path):
         ax.legend()
     axes[0].axhline(1.5, color="green", lw=0.8, ls="--")
     axes[0].axhline(0.95, color="red", lw=0.8, ls="--")
+    where = "H200" if result.get("device") == "cuda" else f"{result['threads']} thread(s)"
     fig.suptitle(f"invar speculative decoding (prompt lookup, K={result['k']}), {result['model']}, "
-                 f"{result['threads']} thread(s), output bit-identical to plain")
+                 f"{where}, output bit-identical to plain")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
