@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "formats/safetensors_set.h"
@@ -252,6 +253,23 @@ void hf_weights_expert_name(int64_t il, int kind, int64_t e, bool hf, char *out,
                  k_expert_proj[kind]);
     else
         snprintf(out, cap, "blk.%lld.ffn_%s_exps.%lld.weight", (long long)il, k_expert_proj[kind], (long long)e);
+}
+
+bool hf_weights_hf_name(const char *gguf_name, char *out, size_t cap) {
+    for (size_t k = 0; k < sizeof k_global_names / sizeof *k_global_names; k++)
+        if (!strcmp(gguf_name, k_global_names[k].gguf)) {
+            snprintf(out, cap, "%s", k_global_names[k].hf);
+            return true;
+        }
+    int64_t il;
+    const char *rest;
+    if (!split_index(gguf_name, "blk.", INT32_MAX, &il, &rest)) return false;
+    for (size_t k = 0; k < sizeof k_layer_names / sizeof *k_layer_names; k++)
+        if (!strcmp(rest, k_layer_names[k].gguf)) {
+            snprintf(out, cap, "model.layers.%lld.%s", (long long)il, k_layer_names[k].hf);
+            return true;
+        }
+    return false;
 }
 
 const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name) {

@@ -24,6 +24,9 @@ typedef struct hf_weights hf_weights;
 int hf_weights_open(const char *dir, const model_config *c, bool tied, hf_weights **out, char *err, size_t errlen);
 void hf_weights_close(hf_weights *w);
 const gguf_tensor *hf_weights_find(const hf_weights *w, const char *gguf_name); /* NULL if absent */
+/* The Hugging Face name of a GGUF tensor name ("blk.3.attn_q.weight" ->
+ * "model.layers.3.self_attn.q_proj.weight"), for error messages; false if it has none. */
+bool hf_weights_hf_name(const char *gguf_name, char *out, size_t cap);
 
 /* Mixture of experts (qwen3_moe): HF stores each expert's projections as its own matrix, where
  * a GGUF stacks them in one 3-D ffn_<kind>_exps tensor. Expert e of layer il is the view

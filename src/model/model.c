@@ -17,6 +17,13 @@ static const gguf_tensor *find(const model *m, const char *name) {
     return m->hf ? hf_weights_find(m->hf, name) : gguf_find_tensor(m->gguf, name);
 }
 
+/* "missing tensor NAME", with the name a Hugging Face directory would hold it under. */
+static int missing_tensor(const model *m, const char *name, char *err, size_t errlen) {
+    char hf[160];
+    if (m->hf && hf_weights_hf_name(name, hf, sizeof hf)) FAIL("missing tensor %s (GGUF name %s)", hf, name);
+    FAIL("missing tensor %s", name);
+}
+
 static int check_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, char *err, size_t errlen) {
     int64_t rows = 1;
     for (uint32_t d = 1; d < t->n_dims; d++) rows *= t->ne[d];
@@ -31,7 +38,7 @@ static int check_shape(const gguf_tensor *t, int64_t ne0, int64_t ne1, char *err
 static int bind_matrix(model *m, cpu_weight *w, const char *name, int64_t k, int64_t n, char *err,
                        size_t errlen) {
     const gguf_tensor *t = find(m, name);
-    if (!t) FAIL("missing tensor %s", name);
+    if (!t) return missing_tensor(m, name, err, errlen);
     if (check_shape(t, k, n, err, errlen)) return -1;
     char e2[200]; /* an unsupported type is refused (and named) by cpu_weight_view */
     if (cpu_weight_view(w, t->type, n, k, t->data, e2, sizeof e2)) FAIL("tensor %s: %s", name, e2);
@@ -43,10 +50,7 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
                        size_t errlen) {
     *out = NULL;
     const gguf_tensor *t = find(m, name);
-    if (!t) {
-        if (required) FAIL("missing tensor %s", name);
-        return 0;
-    }
+    if (!t) return required ? missing_tensor(m, name, err, errlen) : 0;
     if (check_shape(t, n, 1, err, errlen)) return -1;
     if (!quant_type_supported(t->type) || quant_row_bytes(t->type, n) == 0)
         FAIL("tensor %s: unsupported type %s (ggml type %u)", name, quant_type_name(t->type), (unsigned)t->type);
@@ -61,7 +65,7 @@ static int load_vector(model *m, float **out, const char *name, int64_t n, int r
 static int bind_stack(model *m, cpu_weight **out, const char *name, int64_t k, int64_t n, int64_t E, char *err,
                       size_t errlen) {
     const gguf_tensor *t = find(m, name);
-    if (!t) FAIL("missing tensor %s", name);
+    if (!t) return missing_tensor(m, name, err, errlen);
     if (t->n_dims != 3 || t->ne[0] != k || t->ne[1] != n || t->ne[2] != E)
         FAIL("tensor %s has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld]", t->name,
              (long long)t->ne[0], (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)(t->n_dims > 2 ? t->ne[2] : 1),

@@ -419,7 +419,7 @@ DS2_REFUSED = {
     "selection bias": ("lite", dict(add="biases"),
                        "tensor 'model.layers.1.mlp.gate.e_score_correction_bias' has no place"),
     "missing q_proj": ("lite", dict(drop="model.layers.0.self_attn.q_proj.weight"),
-                       "missing tensor blk.0.attn_q.weight"),
+                       "missing tensor model.layers.0.self_attn.q_proj.weight (GGUF name blk.0.attn_q.weight)"),
 }
 
 
