@@ -44,6 +44,18 @@ int invar_cuda_reserve(invar_cuda_ctx *ctx, size_t gemm_ws_bytes, size_t attn_ws
 /* Invariant GEMM. K and N multiples of 8; A, W, C 16-byte aligned, row-major, dense. */
 int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                     invar_cuda_dtype c_type, int M, int N, int K);
+/* Tensor parallelism's row-parallel products (docs/tensor-parallel.md). invar_cuda_gemm sums
+ * K in absolute chunks of INVAR_CUDA_GEMM_K_CHUNK columns, each from zero, and folds the chunk
+ * sums in order: 0 + P_0 + P_1 + ... . invar_cuda_gemm_partials writes each chunk's P_c of
+ * A[M,K] . W[N,K]^T as an [M][N] fp32 matrix at partials + c*M*N (ceil(K / chunk) of them, the
+ * last chunk may be shorter); invar_cuda_gemm_fold folds n_chunks such matrices in order into
+ * C. A K split across GPUs at chunk boundaries, each GPU's partials gathered and folded in
+ * chunk order, gives invar_cuda_gemm's bits over the whole K, whatever the number of GPUs. */
+#define INVAR_CUDA_GEMM_K_CHUNK 1024
+int invar_cuda_gemm_partials(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, float *partials,
+                             int M, int N, int K);
+int invar_cuda_gemm_fold(invar_cuda_ctx *ctx, const float *partials, int n_chunks, void *c,
+                         invar_cuda_dtype c_type, int M, int N);
 /* Same product through cuBLAS: fast, NOT batch-invariant (the comparison path). */
 int invar_cuda_gemm_cublas(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                            invar_cuda_dtype c_type, int M, int N, int K);

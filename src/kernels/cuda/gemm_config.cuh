@@ -41,6 +41,7 @@ static_assert(GEMM_SMALL_BM % GEMM_MMA_M == 0 && GEMM_LARGE_BM % GEMM_MMA_M == 0
 static_assert(GEMM_BK % GEMM_MMA_K == 0 && GEMM_BK / GEMM_MMA_K == 4,
               "each K-tile is exactly four k16 steps, in k order");
 static_assert(GEMM_KC % GEMM_BK == 0, "chunk boundaries fall on K-tile boundaries");
+static_assert(GEMM_KC == INVAR_CUDA_GEMM_K_CHUNK, "the chunk the API promises tensor parallelism");
 static_assert(GEMM_BK * 2 == 128, "a K-tile row is one 128-byte swizzle atom row");
 static_assert(GEMM_SMALL_CONSUMERS <= GEMM_MAX_CONSUMERS &&
               GEMM_LARGE_CONSUMERS <= GEMM_MAX_CONSUMERS, "block size");

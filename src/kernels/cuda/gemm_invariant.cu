@@ -285,7 +285,8 @@ static double wave_eff(long units, int sms)
     return (double)units / (double)(waves * sms);
 }
 
-static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, invar_cuda_gemm_plan *o)
+static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, int force_split,
+                       invar_cuda_gemm_plan *o)
 {
     if (M <= 0 || N <= 0 || K <= 0 || N % 8 || K % 8 || kc <= 0 || kc % GEMM_BK) return INVAR_CUDA_EARG;
     int sms = ctx->sm_count;
@@ -309,7 +310,7 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
      * partials cost 8 M bytes per weight byte and chunk, so: for M <= 64 whenever the last wave
      * is poorly filled, for M <= 256 only when one partial wave is all there is. */
     int want = M <= 64 ? wave_eff(tiles, sms) < 0.9 : (M <= 256 && tiles < sms);
-    if (n_chunks > 1 && want && wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms)) {
+    if (force_split || (n_chunks > 1 && want && wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms))) {
         o->split = 1;
         o->units = (int)(tiles * n_chunks);
     }
@@ -333,7 +334,7 @@ extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N,
                                         invar_cuda_gemm_plan *o)
 {
     query_clusters((invar_cuda_ctx *)ctx); /* cached device fact; the context is not const */
-    return describe_kc(ctx, M, N, K, GEMM_KC, o);
+    return describe_kc(ctx, M, N, K, GEMM_KC, 0, o);
 }
 
 static int make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int rows, int K,
@@ -383,12 +384,14 @@ static void query_clusters(invar_cuda_ctx *ctx)
     if (2 * n >= (int)(0.9 * ctx->sm_count)) ctx->gemm_max_clusters = n;
 }
 
+/* partials: NULL for the product; else the split path's per-chunk sums go there and are
+ * not folded (invar_cuda_gemm_partials). */
 static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
-                   invar_cuda_dtype c_type, int M, int N, int K, int kc)
+                   invar_cuda_dtype c_type, int M, int N, int K, int kc, float *partials)
 {
     invar_cuda_gemm_plan pl;
     query_clusters(ctx);
-    if (describe_kc(ctx, M, N, K, kc, &pl))
+    if (describe_kc(ctx, M, N, K, kc, partials != NULL, &pl))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
     if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c) & 15)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: pointers must be 16-byte aligned");
@@ -410,8 +413,8 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.stages = pl.stages;
     p.out_f32 = c_type == INVAR_CUDA_F32;
     p.out = c;
-    p.ws = NULL;
-    if (pl.split) {
+    p.ws = partials;
+    if (pl.split && !partials) {
         size_t need = (size_t)pl.n_chunks * M * N * sizeof(float);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, need, 0);
         if (rc) return rc;
@@ -450,7 +453,7 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
                                                  ma, mb, p),
                          "gemm launch"))
         return INVAR_CUDA_ECUDA;
-    if (pl.split) {
+    if (pl.split && !partials) {
         size_t mn = (size_t)M * N;
         cfg.gridDim = dim3((unsigned)((mn / 4 + 255) / 256));
         cfg.blockDim = dim3(256);
@@ -467,14 +470,33 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
 extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                                invar_cuda_dtype c_type, int M, int N, int K)
 {
-    return gemm_kc(ctx, a, w, c, c_type, M, N, K, GEMM_KC);
+    return gemm_kc(ctx, a, w, c, c_type, M, N, K, GEMM_KC, NULL);
+}
+
+extern "C" int invar_cuda_gemm_partials(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w,
+                                        float *partials, int M, int N, int K)
+{
+    if (!partials || ((uintptr_t)partials & 15))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm partials: a 16-byte aligned buffer is needed");
+    return gemm_kc(ctx, a, w, NULL, INVAR_CUDA_F32, M, N, K, GEMM_KC, partials);
+}
+
+extern "C" int invar_cuda_gemm_fold(invar_cuda_ctx *ctx, const float *partials, int n_chunks, void *c,
+                                    invar_cuda_dtype c_type, int M, int N)
+{
+    if (M <= 0 || N <= 0 || N % 8 || n_chunks <= 0 || ((uintptr_t)partials | (uintptr_t)c) & 15)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm fold: bad shape M=%d N=%d chunks=%d", M, N, n_chunks);
+    size_t mn = (size_t)M * N;
+    gemm_fold_kernel<<<(unsigned)((mn / 4 + 255) / 256), 256, 0, ctx->stream>>>(partials, n_chunks, mn, c,
+                                                                               c_type == INVAR_CUDA_F32);
+    return invar_cuda_check(ctx, cudaGetLastError(), "gemm fold launch") ? INVAR_CUDA_ECUDA : 0;
 }
 
 extern "C" int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w,
                                              void *c, invar_cuda_dtype c_type, int M, int N, int K,
                                              int k_chunk)
 {
-    return gemm_kc(ctx, a, w, c, c_type, M, N, K, k_chunk);
+    return gemm_kc(ctx, a, w, c, c_type, M, N, K, k_chunk, NULL);
 }
 
 extern "C" void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on)
