@@ -267,10 +267,31 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
      * failure of the default kernel's check below shows whether the data or the kernel is off. */
     int was = invar_cuda_testing_attn_mma(ctx, 1), nan_values;
     run_batch(all, NSEQ, 0, got);
-    invar_cuda_testing_attn_mma(ctx, was);
     double err_mma = accuracy(got, "mma.sync kernel", &nan_values);
     printf("accuracy vs fp64 of the previous mma.sync kernel: rel err %.2e, NaN values %d (reported only)\n", err_mma,
            nan_values);
+    {
+        /* Its split items as runs of 3 splits (a CTA walks several splits, writing each
+         * partial) against its own full prefill. */
+        static const int mixed[NSEQ] = {1, 7, 64, 100, 300, 1, 513};
+        uint16_t *mma_full[NSEQ], *own[NSEQ];
+        for (int s = 0; s < NSEQ; s++) {
+            mma_full[s] = got[s];
+            own[s] = canon[s];
+            got[s] = malloc((size_t)L[s] * ROW * 2);
+            canon[s] = mma_full[s];
+        }
+        int gw = invar_cuda_testing_attn_split_group(3);
+        run_steps(mixed, 0, 1, got);
+        invar_cuda_testing_attn_split_group(gw);
+        compare(got, "mma.sync: ragged mix, split, runs of 3 splits");
+        for (int s = 0; s < NSEQ; s++) {
+            free(got[s]);
+            got[s] = mma_full[s];
+            canon[s] = own[s];
+        }
+    }
+    invar_cuda_testing_attn_mma(ctx, was);
 
     /* Accuracy against fp64 on sampled tokens (all in tiny mode), all heads. */
     double err = accuracy(canon, "default kernel", &nan_values);
@@ -298,7 +319,27 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         if (!race_mode) {
             run_steps(one, 0, 0, got);
             compare(got, "decode, forced no split");
+            /* Split items as runs of consecutive splits (one CTA walks a run). */
+            int gw = invar_cuda_testing_attn_split_group(3);
+            run_steps(one, 1, 1, got);
+            compare(got, "decode, split, runs of 3 splits");
+            invar_cuda_testing_attn_split_group(gw);
         }
+    }
+    if (!race_mode) {
+        /* Steps of at most 8 tokens (at most 64 rows: the decode variants) on the 6-stage
+         * one-CTA-per-SM ring with runs of 2 splits; then the merge control on the same path
+         * (the batches' token counts are mostly odd, where the control reverses the fold). */
+        static const int small_steps[NSEQ] = {1, 2, 3, 5, 7, 8, 7};
+        int gw = invar_cuda_testing_attn_split_group(2), rw = invar_cuda_testing_attn_decode_ring(ctx, 6);
+        run_steps(small_steps, 0, 1, got);
+        compare(got, "steps of <= 8 tokens, runs of 2, 6-stage ring");
+        invar_cuda_testing_merge_by_batch(ctx, 1);
+        run_steps(small_steps, 0, 1, got);
+        compare_want(got, "the same [control: merge follows batch]", tiny_mode ? -1 : 0);
+        invar_cuda_testing_merge_by_batch(ctx, 0);
+        invar_cuda_testing_attn_decode_ring(ctx, rw);
+        invar_cuda_testing_attn_split_group(gw);
     }
     {
         int c100[NSEQ], c293[NSEQ];
@@ -326,6 +367,10 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
          * to show often: it is only reported there (modes 0 and 1 require it to differ). */
         compare_want(got, "ragged mix, split [control: merge follows batch]", race_mode || tiny_mode ? -1 : 0);
         invar_cuda_testing_merge_by_batch(ctx, 0);
+        int gw = invar_cuda_testing_attn_split_group(3); /* the wide variant's runs of splits */
+        run_steps(mixed, 1, 1, got);
+        compare(got, "ragged mix, reversed, split, runs of 3 splits");
+        invar_cuda_testing_attn_split_group(gw);
     }
     {
         /* Prefix-cache hit: the first 512 positions were cached by another request; the rest
