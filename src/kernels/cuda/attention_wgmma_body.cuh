@@ -19,8 +19,9 @@
  * and a block past a row's position leaves its state exactly unchanged (alpha = 1, p = 0),
  * so it does not matter which other rows share the warpgroup or whether the warpgroup ran
  * that block at all. Each KV split (SPLIT positions) starts a fresh state; its (m, l, o) is
- * either written out (split items) or folded into the running one in split order by the
- * same fold as the merge kernel.
+ * either written out (split items: it.nchunk consecutive splits from it.chunk, one copy ring
+ * across them) or folded into the running one in split order by the same fold as the merge
+ * kernel. A warp whose rows are all padding skips the softmax (P = 0 into its rows).
  *
  * Shared memory (1024-byte aligned, 128-byte swizzle as TMA would write it): Q [NWG][HD/64]
  * [64 rows][64], then ST stages of K [HD/64][64 keys][64] and V (same), 8 KB sub-tiles, then
