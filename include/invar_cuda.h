@@ -139,14 +139,15 @@ int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *plan, 
                          const int32_t *block_table, uint16_t *out, float scale);
 /* The same attention for callers that keep a step's work lists in memory of their own (the
  * engine's backend: one upload per step, CUDA graphs). A work item is a tile of query rows of
- * one sequence against one KV split (chunk >= 0) or against all of its splits (chunk = -1). */
+ * one sequence against the nchunk consecutive KV splits from chunk (chunk >= 0; every split's
+ * partial is written out) or against all of its splits (chunk = -1). */
 typedef struct invar_cuda_attn_item {
-    int32_t seq, tok0, ntok, pos0, chunk;
+    int32_t seq, tok0, ntok, pos0, chunk, nchunk;
 } invar_cuda_attn_item;
 typedef struct {
     int n_tokens;           /* rows of q: the largest q_start + q_len */
     int n_items_tile;       /* items with chunk = -1 */
-    int n_items_split;      /* items with chunk >= 0 */
+    int n_items_split;      /* items with chunk >= 0 (runs of consecutive splits) */
     size_t n_partials;      /* split partials per head: sum over tokens of pos / KV_SPLIT + 1 */
     int rows_max;           /* query rows of the largest tile */
     int auto_split;         /* 1 where whole tiles would leave most of the chip idle */

@@ -267,10 +267,31 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
      * failure of the default kernel's check below shows whether the data or the kernel is off. */
     int was = invar_cuda_testing_attn_mma(ctx, 1), nan_values;
     run_batch(all, NSEQ, 0, got);
-    invar_cuda_testing_attn_mma(ctx, was);
     double err_mma = accuracy(got, "mma.sync kernel", &nan_values);
     printf("accuracy vs fp64 of the previous mma.sync kernel: rel err %.2e, NaN values %d (reported only)\n", err_mma,
            nan_values);
+    {
+        /* Its split items as runs of 3 splits (a CTA walks several splits, writing each
+         * partial) against its own full prefill. */
+        static const int mixed[NSEQ] = {1, 7, 64, 100, 300, 1, 513};
+        uint16_t *mma_full[NSEQ], *own[NSEQ];
+        for (int s = 0; s < NSEQ; s++) {
+            mma_full[s] = got[s];
+            own[s] = canon[s];
+            got[s] = malloc((size_t)L[s] * ROW * 2);
+            canon[s] = mma_full[s];
+        }
+        int gw = invar_cuda_testing_attn_split_group(3);
+        run_steps(mixed, 0, 1, got);
+        invar_cuda_testing_attn_split_group(gw);
+        compare(got, "mma.sync: ragged mix, split, runs of 3 splits");
+        for (int s = 0; s < NSEQ; s++) {
+            free(got[s]);
+            got[s] = mma_full[s];
+            canon[s] = own[s];
+        }
+    }
+    invar_cuda_testing_attn_mma(ctx, was);
 
     /* Accuracy against fp64 on sampled tokens (all in tiny mode), all heads. */
     double err = accuracy(canon, "default kernel", &nan_values);
@@ -298,7 +319,27 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         if (!race_mode) {
             run_steps(one, 0, 0, got);
             compare(got, "decode, forced no split");
+            /* Split items as runs of consecutive splits (one CTA walks a run). */
+            int gw = invar_cuda_testing_attn_split_group(3);
+            run_steps(one, 1, 1, got);
+            compare(got, "decode, split, runs of 3 splits");
+            invar_cuda_testing_attn_split_group(gw);
         }
+    }
+    if (!race_mode) {
+        /* Steps of at most 8 tokens (at most 64 rows: the decode variants) on the 6-stage
+         * one-CTA-per-SM ring with runs of 2 splits; then the merge control on the same path
+         * (the batches' token counts are mostly odd, where the control reverses the fold). */
+        static const int small_steps[NSEQ] = {1, 2, 3, 5, 7, 8, 7};
+        int gw = invar_cuda_testing_attn_split_group(2), rw = invar_cuda_testing_attn_decode_ring(ctx, 6);
+        run_steps(small_steps, 0, 1, got);
+        compare(got, "steps of <= 8 tokens, runs of 2, 6-stage ring");
+        invar_cuda_testing_merge_by_batch(ctx, 1);
+        run_steps(small_steps, 0, 1, got);
+        compare_want(got, "the same [control: merge follows batch]", tiny_mode ? -1 : 0);
+        invar_cuda_testing_merge_by_batch(ctx, 0);
+        invar_cuda_testing_attn_decode_ring(ctx, rw);
+        invar_cuda_testing_attn_split_group(gw);
     }
     {
         int c100[NSEQ], c293[NSEQ];
@@ -326,6 +367,10 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
          * to show often: it is only reported there (modes 0 and 1 require it to differ). */
         compare_want(got, "ragged mix, split [control: merge follows batch]", race_mode || tiny_mode ? -1 : 0);
         invar_cuda_testing_merge_by_batch(ctx, 0);
+        int gw = invar_cuda_testing_attn_split_group(3); /* the wide variant's runs of splits */
+        run_steps(mixed, 1, 1, got);
+        compare(got, "ragged mix, reversed, split, runs of 3 splits");
+        invar_cuda_testing_attn_split_group(gw);
     }
     {
         /* Prefix-cache hit: the first 512 positions were cached by another request; the rest
@@ -348,12 +393,64 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
     printf("(head_dim %d: %.1f s)\n", HDIM, now_s() - t0);
 }
 
+/* Host only: for decode batches of every run length the plan picks (and forced ones), the
+ * work list that fill writes has measure's item count, and each tile's split items are runs
+ * that cover its splits 0 .. last once, in order. */
+static void check_work_lists(void)
+{
+    static const int shapes[][2] = {{1, 1024}, {16, 4096}, {64, 4096}, {64, 16384}, {256, 4096}, {3, 777}};
+    static const int forced[] = {0, 1, 3, 8};
+    int bad = 0, groups_seen = 0;
+    for (size_t f = 0; f < sizeof forced / sizeof *forced; f++)
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            int B = shapes[i][0], ctxl = shapes[i][1], maxp = (ctxl + PG - 1) / PG;
+            int32_t *qs = malloc(4 * B), *ql = malloc(4 * B), *cl = malloc(4 * B);
+            for (int b = 0; b < B; b++) {
+                qs[b] = b;
+                ql[b] = 1;
+                cl[b] = ctxl - b % 5; /* ragged */
+            }
+            int gw = invar_cuda_testing_attn_split_group(forced[f]);
+            invar_cuda_attn_shape sh;
+            if (invar_cuda_attn_measure(B, qs, ql, cl, 32, 8, 128, maxp, 132, &sh)) {
+                bad++;
+            } else {
+                invar_cuda_attn_item *it = malloc(sizeof *it * ((size_t)sh.n_items_split + 1));
+                int32_t *pos = malloc(4 * (size_t)B), *pb = malloc(4 * (size_t)B);
+                invar_cuda_attn_fill(B, qs, ql, cl, 32, 8, NULL, it, pos, pb);
+                int n = 0, next_chunk = 0, prev_seq = -1, widest = 0;
+                for (int k = 0; k < sh.n_items_split; k++) {
+                    if (it[k].seq != prev_seq) {
+                        if (prev_seq >= 0 && next_chunk != (cl[prev_seq] - 1) / INVAR_CUDA_KV_SPLIT + 1) bad++;
+                        prev_seq = it[k].seq;
+                        next_chunk = 0;
+                    }
+                    if (it[k].chunk != next_chunk || it[k].nchunk < 1) bad++;
+                    next_chunk = it[k].chunk + it[k].nchunk;
+                    widest = it[k].nchunk > widest ? it[k].nchunk : widest;
+                    n++;
+                }
+                if (prev_seq != B - 1 || next_chunk != (cl[B - 1] - 1) / INVAR_CUDA_KV_SPLIT + 1) bad++;
+                if (n != sh.n_items_split || (forced[f] && widest > forced[f])) bad++;
+                groups_seen += widest > 1;
+                free(it); free(pos); free(pb);
+            }
+            invar_cuda_testing_attn_split_group(gw);
+            free(qs); free(ql); free(cl);
+        }
+    printf("work lists: %d inconsistencies (runs of several splits in %d of %d lists)\n", bad, groups_seen,
+           (int)(sizeof forced / sizeof *forced * (sizeof shapes / sizeof *shapes)));
+    EXPECT(bad == 0, "work lists: measure and fill disagree or runs do not tile the splits");
+    EXPECT(groups_seen > 0, "work lists: no list had runs of several splits");
+}
+
 int main(void)
 {
+    check_work_lists();
     int rc = invar_cuda_init(&ctx, 0);
     if (rc == INVAR_CUDA_ENODEV) {
         printf("no sm_90 device: skipped\n");
-        return SKIP_CODE;
+        return failures ? 1 : SKIP_CODE;
     }
     if (rc) return 2;
     const char *small = getenv("INVAR_CUDA_TEST_SMALL"), *tiny = getenv("INVAR_CUDA_TEST_TINY");

@@ -45,6 +45,10 @@ static_assert(SPLIT % KB == 0, "splits are whole blocks: a split's reduction is 
     (1024 + (size_t)(WG_ROWS * (nwg) + 2 * (st) * KB) * (hd) * 2 + (run) * (size_t)(128 * (nwg)) * ((hd) / 2) * 4)
 static_assert(WG_SMEM(1, 2, 1, 128) <= 115 * 1024 && WG_SMEM(1, 3, 0, 128) <= 115 * 1024,
               "two one-warpgroup CTAs per SM (228 KB, 1 KB reserved per CTA)");
+/* The split-only narrow variant with a deep ring, one CTA per SM (invar_cuda_testing_attn_
+ * decode_ring): 209 KB at hd 128. */
+#define WG_DEEP_STAGES 6
+static_assert(WG_SMEM(1, WG_DEEP_STAGES, 0, 128) <= 227 * 1024, "the deep ring fits one CTA per SM");
 static_assert(ATT_MAX_ROWS == 2 * WG_ROWS, "the wide wgmma variant: 2 warpgroups of 64 rows");
 static_assert(KB == 64, "a block is one m64n64 S tile: 64 keys, 4 k16 steps of P V");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
@@ -208,6 +212,48 @@ static void *to_dev(const void *h, size_t bytes)
 
 /* ---- work lists ---- */
 
+/* Split items of one tile are runs of `group` consecutive splits: a CTA walks a run with one
+ * continuous copy ring (no prologue per split, more KV in flight) and writes every split's
+ * partial as a one-split item would (each split still starts from a fresh state), so the
+ * grouping changes the speed, never the bits. Chosen from the batch alone (measure and fill
+ * agree): the largest of 1, 2, 4, 8 that leaves at least WG_SPLIT_CTAS CTAs (~8 waves of two
+ * per SM on 132 SMs). g_split_group_force (tests, benchmarks): > 0 fixes it. */
+#define WG_SPLIT_CTAS 2048
+static int g_split_group_force;
+
+static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
+{
+    int n = q_len - t0 < qt ? q_len - t0 : qt;
+    return (size_t)((ctx_len - q_len + t0 + n - 1) / SPLIT + 1);
+}
+
+static int split_group(int n_seqs, const int32_t *q_len, const int32_t *ctx_len, int qt, int n_kv_heads)
+{
+    if (g_split_group_force > 0) return g_split_group_force;
+    /* INVAR_CUDA_ATTN=mma keeps the mma.sync kernel's work list as it was (its one-buffer
+     * decode CTAs gain nothing from runs). The same value on every call (a benign race). */
+    static int mma_env = -1;
+    if (mma_env < 0) {
+        const char *e = getenv("INVAR_CUDA_ATTN");
+        mma_env = e && strcmp(e, "mma") == 0;
+    }
+    if (mma_env) return 1;
+    size_t n = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int t0 = 0; t0 < q_len[s]; t0 += qt) n += tile_splits(q_len[s], ctx_len[s], t0, qt);
+    n *= (size_t)n_kv_heads;
+    int g = 1;
+    while (g < 8 && n / (size_t)(2 * g) >= WG_SPLIT_CTAS) g *= 2;
+    return g;
+}
+
+extern "C" int invar_cuda_testing_attn_split_group(int group)
+{
+    int was = g_split_group_force;
+    if (group >= 0) g_split_group_force = group;
+    return was;
+}
+
 extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const int32_t *q_len,
                                        const int32_t *ctx_len, int n_heads, int n_kv_heads, int head_dim,
                                        int max_pages, int sm_count, invar_cuda_attn_shape *out)
@@ -218,16 +264,20 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
         return INVAR_CUDA_EARG;
     const int G = n_heads / n_kv_heads, qt = ATT_MAX_ROWS / G; /* tokens per CTA tile */
     int T = 0, maxtok = 1;
-    size_t ni_tile = 0, ni_split = 0, np = 0;
+    size_t ni_tile = 0, ni_split = 0, ni_split1 = 0, np = 0;
     for (int s = 0; s < n_seqs; s++) {
         if (q_len[s] < 0 || q_start[s] < 0 || ctx_len[s] < q_len[s] || ctx_len[s] > max_pages * PAGE)
             return INVAR_CUDA_EARG;
+    }
+    const int group = split_group(n_seqs, q_len, ctx_len, qt, n_kv_heads);
+    for (int s = 0; s < n_seqs; s++) {
         if (q_start[s] + q_len[s] > T) T = q_start[s] + q_len[s];
         if (q_len[s] > maxtok) maxtok = q_len[s] < qt ? q_len[s] : qt;
         ni_tile += (size_t)((q_len[s] + qt - 1) / qt);
         for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
-            int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
-            ni_split += (size_t)((ctx_len[s] - q_len[s] + t0 + n - 1) / SPLIT + 1);
+            size_t ns = tile_splits(q_len[s], ctx_len[s], t0, qt);
+            ni_split1 += ns;
+            ni_split += (ns + (size_t)group - 1) / (size_t)group;
         }
         for (int j = 0; j < q_len[s]; j++) np += (size_t)((ctx_len[s] - q_len[s] + j) / SPLIT + 1);
     }
@@ -241,7 +291,7 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
      * one-warp tiles (decode) were faster split at every batch and context tried, up to 256
      * sequences; 8-warp tiles (prefill) were faster whole down to one wave of CTAs, so they
      * split only when whole tiles would leave most SMs idle. */
-    if (ni_split <= ni_tile) out->auto_split = 0;
+    if (ni_split1 <= ni_tile) out->auto_split = 0;
     else if (out->rows_max <= ATT_SMALL_ROWS) out->auto_split = 1;
     else out->auto_split = 2 * ni_tile * (size_t)n_kv_heads < (size_t)sm_count;
     return 0;
@@ -253,16 +303,18 @@ extern "C" void invar_cuda_attn_fill(int n_seqs, const int32_t *q_start, const i
                                      int32_t *tok_pos, int32_t *tok_pbase)
 {
     const int qt = ATT_MAX_ROWS / (n_heads / n_kv_heads);
+    const int group = items_split ? split_group(n_seqs, q_len, ctx_len, qt, n_kv_heads) : 1;
     size_t a = 0, b = 0;
     int T = 0;
     for (int s = 0; s < n_seqs; s++) {
         for (int t0 = 0; t0 < q_len[s]; t0 += qt) {
             int n = q_len[s] - t0 < qt ? q_len[s] - t0 : qt;
-            invar_cuda_attn_item w = {s, q_start[s] + t0, n, ctx_len[s] - q_len[s] + t0, -1};
+            invar_cuda_attn_item w = {s, q_start[s] + t0, n, ctx_len[s] - q_len[s] + t0, -1, 0};
             if (items_tile) items_tile[a++] = w;
-            int lastp = w.pos0 + n - 1;
-            for (int c = 0; items_split && c <= lastp / SPLIT; c++) {
+            const int nsplit = (w.pos0 + n - 1) / SPLIT + 1;
+            for (int c = 0; items_split && c < nsplit; c += group) {
                 w.chunk = c;
+                w.nchunk = nsplit - c < group ? nsplit - c : group;
                 items_split[b++] = w;
             }
         }
@@ -314,6 +366,12 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
             kern = hd == 128 ? wg_attn_kernel_hd128<2, 3, true> : wg_attn_kernel_hd64<2, 3, true>;
             smem = WG_SMEM(2, 3, 1, hd);
             threads = 256;
+        } else if (a->split && ctx->attn_decode_ring == WG_DEEP_STAGES) {
+            /* One CTA per SM with a deep ring: five blocks in flight per SM, not four. */
+            kern = hd == 128 ? wg_attn_kernel_hd128<1, WG_DEEP_STAGES, false>
+                             : wg_attn_kernel_hd64<1, WG_DEEP_STAGES, false>;
+            smem = WG_SMEM(1, WG_DEEP_STAGES, 0, hd);
+            threads = 128;
         } else if (a->split) {
             kern = hd == 128 ? wg_attn_kernel_hd128<1, 3, false> : wg_attn_kernel_hd64<1, 3, false>;
             smem = WG_SMEM(1, 3, 0, hd);

@@ -93,7 +93,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
         }
     }
     const int c0 = it.chunk < 0 ? 0 : it.chunk;
-    const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + 1;
+    const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + it.nchunk;
     const int kb0 = c0 * (SPLIT / KB), kb1 = min(c1 * (SPLIT / KB), (kend - 1) / KB + 1);
     AT(load_kv)<NT>(k_s, v_s, kc, vc, bt, kb0 * KB, kend, kh, n_kv, tid);
     cp_async_commit();

@@ -19,8 +19,9 @@
  * and a block past a row's position leaves its state exactly unchanged (alpha = 1, p = 0),
  * so it does not matter which other rows share the warpgroup or whether the warpgroup ran
  * that block at all. Each KV split (SPLIT positions) starts a fresh state; its (m, l, o) is
- * either written out (split items) or folded into the running one in split order by the
- * same fold as the merge kernel.
+ * either written out (split items: it.nchunk consecutive splits from it.chunk, one copy ring
+ * across them) or folded into the running one in split order by the same fold as the merge
+ * kernel. A warp whose rows are all padding skips the softmax (P = 0 into its rows).
  *
  * Shared memory (1024-byte aligned, 128-byte swizzle as TMA would write it): Q [NWG][HD/64]
  * [64 rows][64], then ST stages of K [HD/64][64 keys][64] and V (same), 8 KB sub-tiles, then
@@ -107,7 +108,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
         }
     }
     const int c0 = it.chunk < 0 ? 0 : it.chunk;
-    const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + 1;
+    const int c1 = it.chunk < 0 ? last_pos / SPLIT + 1 : it.chunk + it.nchunk;
     const int kb0 = c0 * (SPLIT / KB), kb1 = min(c1 * (SPLIT / KB), (kend - 1) / KB + 1);
     /* Prologue: blocks kb0 .. kb0+ST-2, one copy group each (empty past kb1). */
 #pragma unroll
@@ -125,6 +126,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
         tpos[h] = row[h] < R ? it.pos0 + row[h] / G : -1;
     }
     const bool wactive = wr0 < R; /* warpgroup-uniform, as every condition around a wgmma */
+    const bool wreal = wr0 + 16 * wwarp < R; /* warp-uniform: the warp holds a real row */
     const int wlast = wactive ? it.pos0 + (min(R, wr0 + 64) - 1) / G : -1; /* the warpgroup's last position */
     const int wfirst = it.pos0 + wr0 / G; /* and its first: padding rows (-1) are never written */
     const uint32_t qa = q_s + (uint32_t)wg * (64 * HD * 2);
@@ -164,58 +166,66 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
             wgmma_commit();
             wgmma_wait0();
             fence_regs<KB / 2>(s);
-            /* Mask, scale, online softmax for rows g (h = 0) and g + 8 (h = 1). Keys past a
-             * row's position exist only in the warpgroup's diagonal blocks. */
-            const bool diag = kbase + KB - 1 > wfirst;
-            float alpha[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float v[KB / 4]; /* the thread's KB / 4 scores of the row, in column order */
-#pragma unroll
-                for (int n = 0; n < KB / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        int key = kbase + 8 * n + 2 * tig + e;
-                        v[2 * n + e] = !diag || key <= tpos[h] ? s[4 * n + 2 * h + e] : -INFINITY;
-                    }
-                float mx = tree_reduce<KB / 4, op_max>(v);
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
-                const float mnew = fmaxf(mc[h], __fmul_rn(mx, sl2));
-                const float muse = mnew == -INFINITY ? 0.0f : mnew;
-                alpha[h] = ex2(__fsub_rn(mc[h], muse));
-                mc[h] = mnew;
-#pragma unroll
-                for (int i = 0; i < KB / 4; i++) v[i] = ex2(__fmaf_rn(v[i], sl2, -muse));
-#pragma unroll
-                for (int n = 0; n < KB / 8; n++) {
-                    s[4 * n + 2 * h] = v[2 * n];
-                    s[4 * n + 2 * h + 1] = v[2 * n + 1];
-                }
-                float rs = tree_reduce<KB / 4, op_add>(v);
-                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
-                rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
-                lc[h] = __fadd_rn(__fmul_rn(lc[h], alpha[h]), rs);
-            }
-            /* o * 1 is o: the rescale is skipped when no row of the warp needs it. */
-            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-                for (int n = 0; n < HD / 8; n++) {
-                    o[4 * n] = __fmul_rn(o[4 * n], alpha[0]);
-                    o[4 * n + 1] = __fmul_rn(o[4 * n + 1], alpha[0]);
-                    o[4 * n + 2] = __fmul_rn(o[4 * n + 2], alpha[1]);
-                    o[4 * n + 3] = __fmul_rn(o[4 * n + 3], alpha[1]);
-                }
-            }
-            /* P as the A operand: k16 slice j is columns 16j .. 16j+15 of S. */
+            /* A warp without real rows (decode: 4 of 64 rows are real) skips the softmax and
+             * gives P = 0: wgmma rows are independent, so no real row sees the difference;
+             * its own rows are never written. Warp-uniform (the shuffles below). */
             uint32_t pa[KB / 16][4];
+            if (wreal) {
+                /* Mask, scale, online softmax for rows g (h = 0) and g + 8 (h = 1). Keys past a
+                 * row's position exist only in the warpgroup's diagonal blocks. */
+                const bool diag = kbase + KB - 1 > wfirst;
+                float alpha[2];
 #pragma unroll
-            for (int j = 0; j < KB / 16; j++) {
-                pa[j][0] = pack_bf16x2(s[8 * j], s[8 * j + 1]);
-                pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-                pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-                pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+                for (int h = 0; h < 2; h++) {
+                    float v[KB / 4]; /* the thread's KB / 4 scores of the row, in column order */
+#pragma unroll
+                    for (int n = 0; n < KB / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            int key = kbase + 8 * n + 2 * tig + e;
+                            v[2 * n + e] = !diag || key <= tpos[h] ? s[4 * n + 2 * h + e] : -INFINITY;
+                        }
+                    float mx = tree_reduce<KB / 4, op_max>(v);
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
+                    const float mnew = fmaxf(mc[h], __fmul_rn(mx, sl2));
+                    const float muse = mnew == -INFINITY ? 0.0f : mnew;
+                    alpha[h] = ex2(__fsub_rn(mc[h], muse));
+                    mc[h] = mnew;
+#pragma unroll
+                    for (int i = 0; i < KB / 4; i++) v[i] = ex2(__fmaf_rn(v[i], sl2, -muse));
+#pragma unroll
+                    for (int n = 0; n < KB / 8; n++) {
+                        s[4 * n + 2 * h] = v[2 * n];
+                        s[4 * n + 2 * h + 1] = v[2 * n + 1];
+                    }
+                    float rs = tree_reduce<KB / 4, op_add>(v);
+                    rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
+                    rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
+                    lc[h] = __fadd_rn(__fmul_rn(lc[h], alpha[h]), rs);
+                }
+                /* o * 1 is o: the rescale is skipped when no row of the warp needs it. */
+                if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+                    for (int n = 0; n < HD / 8; n++) {
+                        o[4 * n] = __fmul_rn(o[4 * n], alpha[0]);
+                        o[4 * n + 1] = __fmul_rn(o[4 * n + 1], alpha[0]);
+                        o[4 * n + 2] = __fmul_rn(o[4 * n + 2], alpha[1]);
+                        o[4 * n + 3] = __fmul_rn(o[4 * n + 3], alpha[1]);
+                    }
+                }
+                /* P as the A operand: k16 slice j is columns 16j .. 16j+15 of S. */
+#pragma unroll
+                for (int j = 0; j < KB / 16; j++) {
+                    pa[j][0] = pack_bf16x2(s[8 * j], s[8 * j + 1]);
+                    pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
+                    pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
+                    pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
             }
             /* O += P V: keys in k16 steps in order; each 64-dim half of O is one accumulator. */
             fence_regs<HD / 2>(o);
@@ -302,7 +312,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
  * Either way an item is the same instruction sequence, and NWG = 1 or 2 runs the same
  * per-warpgroup code. */
 template <int NWG, int ST, bool RUN>
-__global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1)
+__global__ void __launch_bounds__(128 * NWG, NWG == 1 && ST <= 3 ? 2 : 1)
 AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,

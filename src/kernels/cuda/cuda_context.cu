@@ -59,6 +59,10 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
      * (their bits differ from each other's). */
     const char *attn = getenv("INVAR_CUDA_ATTN");
     ctx->attn_mma = attn && strcmp(attn, "mma") == 0;
+    /* Speed only (same bits): INVAR_CUDA_ATTN_DECODE_RING=6 puts split decode launches on the
+     * 6-stage one-CTA-per-SM ring. */
+    const char *ring = getenv("INVAR_CUDA_ATTN_DECODE_RING");
+    ctx->attn_decode_ring = ring && strcmp(ring, "6") == 0 ? 6 : 0;
     cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,

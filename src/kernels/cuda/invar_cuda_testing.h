@@ -37,6 +37,15 @@ int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
  * INVAR_CUDA_ATTN=mma in the environment picks the old one at init); -1 only asks. Returns
  * the previous setting. Both are invariant; their bits differ from each other's. */
 int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on);
+/* The copy ring of the wgmma kernel's split launches of up to 64 rows (decode): 3 stages, two
+ * CTAs per SM (the default), or 6 stages, one CTA per SM; other values only ask. Returns the
+ * previous setting. Same bits either way (the ring changes when copies are issued, not what a
+ * row computes). */
+int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages);
+/* Split items are runs of this many consecutive KV splits (one CTA walks a run, writing each
+ * split's partial); 0: chosen from the batch (the default), -1 only asks. Process-wide (the
+ * work lists are built without a context). Returns the previous setting. Same bits. */
+int invar_cuda_testing_attn_split_group(int group);
 
 /* ---- helpers for tests and benchmarks ------------------------------------------------ */
 /* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */

@@ -90,3 +90,9 @@ extern "C" int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on)
     if (on >= 0) ctx->attn_mma = on != 0;
     return was;
 }
+extern "C" int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages)
+{
+    int was = ctx->attn_decode_ring ? ctx->attn_decode_ring : 3;
+    if (stages == 3 || stages == 6) ctx->attn_decode_ring = stages == 3 ? 0 : stages;
+    return was;
+}
