@@ -115,7 +115,7 @@ int main(void)
                 continue;
             }
             size_t ctl;
-            int must;
+            int must = 0;
             size_t diff = check(dA, dW, M, N, K, tp, &ctl, &must);
             printf("M=%4d N=%5d K=%5d TP=%d: gathered partials folded in chunk order: %zu of %zu elements differ "
                    "from TP=1; [control: per-rank sums added in rank order] %zu differ%s\n",
