@@ -245,47 +245,6 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     }
 }
 
-/* One activation row of Q6_K (decode): per 128-element half n, each qh word is loaded
- * once for its four blocks and each ql word once for its two, into eight independent
- * dpbusd chains (the two 16-element halves of the four blocks); the block factors then
- * enter acc in block order with k_q6_k's operations. */
-AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q6_K;
-        const __m512 d = f16x16(rec + 3328);
-        UNROLL for (int n = 0; n < 2; n++) {
-            const int8_t *x = X.q + 32 * (u * 8 + 4 * n);
-            __m512i P[2][4]; /* [16-element half][qtr] */
-            UNROLL for (int q = 0; q < 4; q++) P[0][q] = P[1][q] = _mm512_setzero_si512();
-            UNROLL for (int t = 0; t < 8; t++) {
-                if ((t & 3) == 0) PF_SPREAD(rec, MM_REC_Q6_K, 2 * n + t / 4, 4);
-                const __m512i H = ldw(rec + 2048 + 64 * (8 * n + t));
-                const __m512i LA = ldw(rec + 64 * (16 * n + t)), LB = ldw(rec + 64 * (16 * n + 8 + t));
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(LA, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
-                    _mm512_or_si512(_mm512_and_si512(LB, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(LA, 4), m4), _mm512_and_si512(H, m30)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(LB, 4), m4),
-                                    _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
-                UNROLL for (int qtr = 0; qtr < 4; qtr++) P[t / 4][qtr] = dp(P[t / 4][qtr], q[qtr], x + 32 * qtr + 4 * t);
-            }
-            UNROLL for (int qtr = 0; qtr < 4; qtr++) {
-                const int ab = 4 * n + qtr;
-                const int64_t b = u * 8 + ab;
-                const int16_t *s = X.s + 2 * b;
-                const __m512i pl = _mm512_sub_epi32(P[0][qtr], _mm512_set1_epi32(32 * s[0]));
-                const __m512i ph = _mm512_sub_epi32(P[1][qtr], _mm512_set1_epi32(32 * s[1]));
-                const __m512i sl = i8x16_epi32(rec + 3072 + 16 * (2 * ab)), sh = i8x16_epi32(rec + 3072 + 16 * (2 * ab + 1));
-                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sl, pl), _mm512_mullo_epi32(sh, ph));
-                acc[0] = accum(acc[0], X.d[b], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
-            }
-        }
-    }
-}
-
 /* Decoded types (MM_REC_DEC): q + 128 as unsigned bytes, so dpbusd gives
  * dot + 128 * (half sum of x), taken off again; then the factor of matmul_internal.h. */
 AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE) {
@@ -595,7 +554,10 @@ AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
 
 GROUP_LOOP_ROW(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
 GROUP_LOOP_ROW(mm_avx512_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
-GROUP_LOOP_ROW(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
+/* Q6_K has no one-row kernel here: one that loads each word once for all its blocks
+ * (as the AVX2 one does) ran 50 GB/s from L2 against this kernel's 32, but streamed
+ * 13-16.6 GB/s from DRAM against this kernel's 19-28 on a Zen 4 (bench/README.md). */
+GROUP_LOOP(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 
