@@ -4,7 +4,7 @@
  *   gcc -O2 -I/work/main/src -I/work/main/include bench/matmul_bench.c \
  *       build-mm/libinvar_kernels_cpu.a build-mm/libinvar_formats.a -lpthread -lm \
  *       -o build-mm/matmul_bench
- * usage: matmul_bench [-t q4_1,q8_0,f16,q4_K,q6_K] [-m 1,16,64,512] [-s 576x576,...] [-r reps]
+ * usage: matmul_bench [-t q4_1,q8_0,f16,q4_K,q5_K,q6_K] [-m 1,16,64,512] [-s 576x576,...] [-r reps]
  *                     [-T min_ms] [-P heap|file|huge] [-C MiB] [-j threads]
  * Prints one line per (type, shape, m): median ns per call, GMAC/s (m*n*k / time) and
  * GB/s (bytes of weights the kernel streams per call: the packed copy, or the rows read
@@ -100,6 +100,11 @@ static void *make_weights(uint32_t type, int64_t n, int64_t k) {
                 ((block_q4_K *)row)[b].d = f32_to_fp16(0.01f);
                 ((block_q4_K *)row)[b].dmin = f32_to_fp16(0.02f);
             }
+        } else if (type == INVAR_T_Q5_K) {
+            for (int64_t b = 0; b < k / 256; b++) {
+                ((block_q5_K *)row)[b].d = f32_to_fp16(0.005f);
+                ((block_q5_K *)row)[b].dmin = f32_to_fp16(0.02f);
+            }
         } else if (type == INVAR_T_Q6_K) {
             for (int64_t b = 0; b < k / 256; b++) ((block_q6_K *)row)[b].d = f32_to_fp16(0.001f);
         }
@@ -138,7 +143,8 @@ static void *place_weights(const void *src, size_t bytes, char where, size_t *ma
 typedef struct { const char *name; uint32_t type; } tname;
 static const tname TYPES[] = {{"q4_1", INVAR_T_Q4_1}, {"q8_0", INVAR_T_Q8_0}, {"f16", INVAR_T_F16},
                               {"q4_0", INVAR_T_Q4_0}, {"bf16", INVAR_T_BF16}, {"f32", INVAR_T_F32},
-                              {"q4_K", INVAR_T_Q4_K}, {"q6_K", INVAR_T_Q6_K}};
+                              {"q4_K", INVAR_T_Q4_K}, {"q5_K", INVAR_T_Q5_K},
+                              {"q6_K", INVAR_T_Q6_K}};
 
 static int parse_list(const char *s, int64_t *out, int max) {
     int n = 0;

@@ -82,6 +82,7 @@ typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;              /* 18 B 
 typedef struct { uint16_t d, m; uint8_t qs[16]; } block_q4_1;           /* 20 B / 32 */
 typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;               /* 34 B / 32 */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_K; /* 144 B / 256 */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_K; /* 176 B / 256 */
 typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_K; /* 210 B / 256 */
 
 #endif

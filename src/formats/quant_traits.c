@@ -10,6 +10,7 @@ _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 
 /* align: the alignment the element or block struct needs where the kernels read it in

@@ -7,6 +7,7 @@
  * below keep every s16 intermediate away from saturation, so the sums stay exact.
  *  - 4-bit quants (0..15): a pair is <= 2*15*127 = 3810, so 8 steps may be summed
  *    in s16 (<= 30480) before one madd.
+ *  - Q5_K (0..31): a pair is <= 2*31*127 = 7874, 4 steps per madd.
  *  - Q6_K (0..63): a pair is <= 16002, two steps per madd.
  *  - Q8_0 (signed): maddubs(|w|, sign(x, w)); a pair is <= 2*128*127 = 32512. */
 #include <immintrin.h>
@@ -235,6 +236,93 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     }
 }
 
+/* Q[0..7]: u8 quants 0..31 for the 8 steps of one 32-block (4 steps per madd). */
+AI __m256i dot8_u5(const __m256i *Q, const int8_t *x) {
+    __m256i p0 = _mm256_maddubs_epi16(Q[0], bcast4(x)), p1 = _mm256_maddubs_epi16(Q[4], bcast4(x + 16));
+    UNROLL for (int t = 1; t < 4; t++) {
+        p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
+        p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(Q[4 + t], bcast4(x + 16 + 4 * t)));
+    }
+    return _mm256_add_epi32(madd1(p0), madd1(p1));
+}
+
+/* Q5_K's fifth bit of block j (bit j of each qh byte) as 0x10. The 16-bit shifts move
+ * no bit across a byte that the mask keeps (j - 4 <= 3, 4 - j <= 4). */
+AI __m256i q5_hbit(__m256i H, int j) {
+    const __m256i m = _mm256_set1_epi8(0x10);
+    return j <= 4 ? _mm256_and_si256(_mm256_sll_epi16(H, _mm_cvtsi32_si128(4 - j)), m)
+                  : _mm256_and_si256(_mm256_srl_epi16(H, _mm_cvtsi32_si128(j - 4)), m);
+}
+
+/* Q5_K: k_q4_k's operations on five-bit quants (the record is Q4_K's plus qh words). */
+AI void k_q5_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q5_K;
+        prefetch_rec(rec, MM_REC_Q5_K, h);
+        const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
+        for (int j = 0; j < 8; j++) {
+            const int c = j / 2;
+            const int64_t b = u * 8 + j;
+            __m256i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
+                Q[t] = _mm256_or_si256(_mm256_and_si256((j & 1) ? _mm256_srli_epi16(W, 4) : W, m4),
+                                       q5_hbit(ldw(rec + 2368 + 64 * t + 32 * h), j));
+            }
+            const __m256i sc = u8x8_epi32(rec + 2112 + 16 * j + 8 * h);
+            const __m256i mn = u8x8_epi32(rec + 2240 + 16 * j + 8 * h);
+            UNROLL for (int r = 0; r < R; r++) {
+                __m256i isum = _mm256_mullo_epi32(sc, dot8_u5(Q, X.q + r * X.k + 32 * b));
+                __m256i imin = _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum(&X, r, b)));
+                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin),
+                                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* One activation row of Q5_K over a whole group (see k_q4_k_row): each quant word and
+ * each qh word loaded once for the two blocks of its nibbles. */
+AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q5_K;
+        UNROLL for (int c = 0; c < 4; c++) {
+            PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
+            const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
+            const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
+            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            UNROLL for (int h = 0; h < 2; h++) {
+                __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
+                UNROLL for (int t = 0; t < 8; t++) {
+                    const __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
+                    const __m256i H = ldw(rec + 2368 + 64 * t + 32 * h);
+                    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(W, m4), q5_hbit(H, 2 * c));
+                    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), q5_hbit(H, 2 * c + 1));
+                    plo[t / 4] = _mm256_add_epi16(plo[t / 4], _mm256_maddubs_epi16(q0, bcast4(x0 + 4 * t)));
+                    phi[t / 4] = _mm256_add_epi16(phi[t / 4], _mm256_maddubs_epi16(q1, bcast4(x1 + 4 * t)));
+                }
+                const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
+                const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
+                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), _mm256_add_epi32(madd1(plo[0]), madd1(plo[1])));
+                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[h] = accum(acc[h], X.d[b0], f);
+                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), _mm256_add_epi32(madd1(phi[0]), madd1(phi[1])));
+                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                acc[h] = accum(acc[h], X.d[b1], f);
+            }
+        }
+    }
+}
+
 AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
@@ -452,6 +540,7 @@ GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
 GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
 GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
 GROUP_LOOP_ROW(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
+GROUP_LOOP_ROW(mm_avx2_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
 GROUP_LOOP_ROW(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)

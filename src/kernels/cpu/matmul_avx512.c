@@ -104,6 +104,100 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     }
 }
 
+/* Prefetch of a record spread over the `parts` steps of its computation (this is step
+ * i), as the AVX2 one-row kernels do: a burst of a whole K-quant record's lines before
+ * its computation fills the miss buffers and stalls the core. */
+#define PF_SPREAD(rec, bytes, i, parts)                                                \
+    do {                                                                               \
+        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
+        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
+            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
+    } while (0)
+
+/* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
+ * min (k_q4_k's operations), entered into acc. */
+AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmin, __m512i p, int xs, float dx) {
+    const __m512i isum = _mm512_mullo_epi32(u8x16_epi32(rec + 2112 + 16 * j), p);
+    const __m512i imin = _mm512_mullo_epi32(u8x16_epi32(rec + 2240 + 16 * j), _mm512_set1_epi32(xs));
+    const __m512 f = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin), _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+    return accum(acc, dx, f);
+}
+
+/* Q5_K's fifth bit of block j (bit j of each qh byte) as 0x10; the 16-bit shifts move
+ * no bit across a byte that the mask keeps. */
+AI __m512i q5_hbit(__m512i H, int j) {
+    const __m512i m = _mm512_set1_epi8(0x10);
+    return j <= 4 ? _mm512_and_si512(_mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - j)), m)
+                  : _mm512_and_si512(_mm512_srl_epi16(H, _mm_cvtsi32_si128(j - 4)), m);
+}
+
+/* One activation row (decode) of Q4_K (Q5 = 0) or Q5_K (Q5 = 1): each quant word (and
+ * qh word) loaded once for the two blocks of its low and high nibbles, four independent
+ * dpbusd chains, the record's prefetch spread over its four word chunks. Per lane the
+ * operations and their order are k_q4_k's / k_q5_k's (the dots are exact integers). */
+AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc, const int Q5) {
+    const xrows X = rows_at(a, i0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    const int RB = Q5 ? MM_REC_Q5_K : MM_REC_Q4_K;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * RB;
+        const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
+        UNROLL for (int c = 0; c < 4; c++) {
+            PF_SPREAD(rec, RB, c, 4);
+            const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
+            const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
+            __m512i p0[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, p1[2] = {p0[0], p0[0]};
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m512i W = ldw(rec + 64 * (8 * c + t));
+                __m512i lo = _mm512_and_si512(W, m4), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
+                if (Q5) {
+                    const __m512i H = ldw(rec + 2368 + 64 * t);
+                    lo = _mm512_or_si512(lo, q5_hbit(H, 2 * c));
+                    hi = _mm512_or_si512(hi, q5_hbit(H, 2 * c + 1));
+                }
+                p0[t & 1] = dp(p0[t & 1], lo, x0 + 4 * t);
+                p1[t & 1] = dp(p1[t & 1], hi, x1 + 4 * t);
+            }
+            acc[0] = kmin_block(acc[0], rec, 2 * c, d, dmin, _mm512_add_epi32(p0[0], p0[1]), xsum(&X, 0, b0), X.d[b0]);
+            acc[0] = kmin_block(acc[0], rec, 2 * c + 1, d, dmin, _mm512_add_epi32(p1[0], p1[1]), xsum(&X, 0, b1), X.d[b1]);
+        }
+    }
+}
+AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) { k_kmin_row(a, grp, i0, acc, 0); }
+AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) { k_kmin_row(a, grp, i0, acc, 1); }
+
+/* Q5_K: k_q4_k's operations on five-bit quants (the record is Q4_K's plus qh words). */
+AI void k_q5_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q5_K;
+        prefetch_rec(rec, MM_REC_Q5_K);
+        const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
+        for (int j = 0; j < 8; j++) {
+            const int c = j / 2, h = j & 1;
+            const int64_t b = u * 8 + j;
+            __m512i Q[8];
+            UNROLL for (int t = 0; t < 8; t++) {
+                __m512i W = ldw(rec + 64 * (8 * c + t));
+                Q[t] = _mm512_or_si512(_mm512_and_si512(h ? _mm512_srli_epi16(W, 4) : W, m4),
+                                       q5_hbit(ldw(rec + 2368 + 64 * t), j));
+            }
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+                UNROLL for (int t = 0; t < 8; t += 2) {
+                    p0 = dp(p0, Q[t], x + 4 * t);
+                    p1 = dp(p1, Q[t + 1], x + 4 * t + 4);
+                }
+                acc[r] = kmin_block(acc[r], rec, j, d, dmin, _mm512_add_epi32(p0, p1), xsum(&X, r, b), X.d[r * X.nb + b]);
+            }
+        }
+    }
+}
+
 AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -282,6 +376,35 @@ AI void panel_stream(const uint32_t type, const uint8_t *grp, const uint8_t *xp,
     }
 }
 
+/* One row (decode, R = 1) streaming: two blocks at a time, each dot split into two
+ * chains (even and odd steps), so four dpbusd chains run side by side instead of one
+ * chain of eight per block; the integer sums are exact and the float operations are
+ * block_rows' in block order. */
+AI void panel_stream_row(const uint32_t type, const uint8_t *grp, const uint8_t *xp, int64_t nb, __m512 *acc) {
+    const size_t rb = rec_bytes(type);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i P[2][2];
+        __m512 dw[2], mw[2];
+        UNROLL for (int e = 0; e < 2; e++) {
+            const uint8_t *rec = grp + (b + e) * rb, *xb = xp + (b + e) * MM_PB;
+            prefetch_rec(rec, (int)rb);
+            __m512i Q[8];
+            unpack_rec(type, rec, Q, &dw[e], &mw[e]);
+            P[e][0] = type == INVAR_T_Q4_1 ? _mm512_setzero_si512() : bcasti(xb + 36);
+            P[e][1] = _mm512_setzero_si512();
+            UNROLL for (int t = 0; t < 8; t++) P[e][t & 1] = dpm(P[e][t & 1], Q[t], xb + 4 * t);
+        }
+        UNROLL for (int e = 0; e < 2; e++) {
+            const uint8_t *xb = xp + (b + e) * MM_PB;
+            __m512 f = _mm512_mul_ps(dw[e], _mm512_cvtepi32_ps(_mm512_add_epi32(P[e][0], P[e][1])));
+            if (type == INVAR_T_Q4_1) f = _mm512_fmadd_ps(mw[e], bcastf(xb + 36), f);
+            acc[0] = _mm512_fmadd_ps(bcastf(xb + 32), f, acc[0]);
+        }
+    }
+    if (b < nb) panel_stream(type, grp + b * rb, xp + b * MM_PB, nb - b, 1, acc);
+}
+
 /* Unpacked group (see run_panels): per block Q[8], dw, mw as 640 bytes. */
 #define UREC 640
 #ifndef UBUF
@@ -313,6 +436,7 @@ AI void tile(const mm_args *a, const uint32_t type, const uint8_t *src, int unpa
     UNROLL for (int r = 0; r < R; r++)
         acc[r] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(cm, y + r * a->ldy);
     if (unpacked) panel_unpacked(type, src, xp, nbc, R, acc);
+    else if (R == 1 && type == INVAR_T_Q8_0) panel_stream_row(type, src, xp, nbc, acc);
     else panel_stream(type, src, xp, nbc, R, acc);
     UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * a->ldy, cm, acc[r]);
 }
@@ -400,7 +524,8 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
     default: RUN_ROWS(K, 8); break;                      \
     }
 
-#define GROUP_LOOP(NAME, K, REC)                                                        \
+/* ROWK: the kernel of a row block of one row (R = 1: decode) when HAS_ROW. */
+#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                     \
     void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
         const cpu_weight *w = a->w;                                                     \
         const int64_t nu = w->k / a->kt->q->block_elems;                                \
@@ -410,12 +535,28 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
                 const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
                 const int64_t left = w->n - g * MM_NC;                                  \
                 const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
+                if ((HAS_ROW) && R == 1) {                                              \
+                    __m512 acc1 = _mm512_setzero_ps();                                  \
+                    ROWK(a, grp, i0, &acc1);                                            \
+                    _mm512_mask_storeu_ps(a->y + i0 * a->ldy + g * MM_NC, cmask, acc1); \
+                    continue;                                                           \
+                }                                                                       \
                 DISPATCH_ROWS(K)                                                        \
             }                                                                           \
         }                                                                               \
     }
 
-GROUP_LOOP(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K)
+/* Types without a row kernel name no_row (never called). */
+AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
+    (void)a, (void)grp, (void)i0, (void)acc;
+}
+#define GROUP_LOOP(NAME, K, REC) GROUP_LOOP_ROW(NAME, K, REC, no_row, 0)
+
+GROUP_LOOP_ROW(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
+GROUP_LOOP_ROW(mm_avx512_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
+/* Q6_K has no one-row kernel here: one that loads each word once for all its blocks
+ * (as the AVX2 one does) ran 50 GB/s from L2 against this kernel's 32, but streamed
+ * 13-16.6 GB/s from DRAM against this kernel's 19-28 on a Zen 4 (bench/README.md). */
 GROUP_LOOP(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)

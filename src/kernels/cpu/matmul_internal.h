@@ -8,7 +8,7 @@
  * scales and EXACT integer dot products, itself fused where that saves an operation:
  *     Q4_0, Q8_0, Q6_K:  f = dw * (float)isum
  *     Q4_1:              f = fma(mw, (float)xsum, dw * (float)dot)
- *     Q4_K:              f = fma(-dmin, (float)imin, d * (float)isum)
+ *     Q4_K, Q5_K:        f = fma(-dmin, (float)imin, d * (float)isum)
  * mm_unit_* in matmul_scalar.c define the operation sequence; the SIMD
  * kernels perform the same operations lane-wise (vfmadd / vfnmadd for the fmas).
  *
@@ -35,14 +35,17 @@
 /* Q8_0:  qs words[8][16] @0, d fp16[16] @512                        = 544 B */
 /* Q4_K:  qs words[32][16] @0, d[16] @2048, dmin[16] @2080,
  *        sc u8[8][16] @2112, mn u8[8][16] @2240                     = 2368 B */
+/* Q5_K:  Q4_K's record (qs = the low nibbles), then qh words[8][16] @2368
+ *        (bit j of qh byte l: the fifth bit of element 32j + l)     = 2880 B */
 /* Q6_K:  ql words[32][16] @0, qh words[16][16] @2048, sc i8[16][16] @3072,
  *        d fp16[16] @3328                                           = 3360 B */
 #define MM_REC_Q4_0 288
 #define MM_REC_Q4_1 320
 #define MM_REC_Q8_0 544
 #define MM_REC_Q4_K 2368
+#define MM_REC_Q5_K 2880
 #define MM_REC_Q6_K 3360
-/* Decoded types (quant_traits.decode: Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS,
+/* Decoded types (quant_traits.decode: Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS,
  * MXFP4), one generic record per unit of UE = 32 or 256 elements, from the integer form
  * quant_iblock: q + 128 as u8 words[UE/4][16] @0, d f32[16] @16UE, dmin f32[16] @16UE+64,
  * s i8[UE/16][16] @16UE+128, m i8[UE/16][16] @17UE+128                = 18UE + 128 B
@@ -59,7 +62,7 @@
 /* The decoded types: X(lower-case name, ggml name, unit elements). */
 #define MM_DECODED(X) \
     X(q5_0, Q5_0, 32) X(q5_1, Q5_1, 32) X(iq4_nl, IQ4_NL, 32) X(mxfp4, MXFP4, 32) \
-    X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(q5_K, Q5_K, 256) X(iq4_xs, IQ4_XS, 256)
+    X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(iq4_xs, IQ4_XS, 256)
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
 typedef struct {
@@ -158,13 +161,14 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
     void mm_##isa##_q4_0(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q4_1(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q4_K(const mm_args *a, int64_t g0, int64_t g1);     \
+    void mm_##isa##_q5_K(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);     \
     MM_DECODED_KERNELS(isa)
 #define MM_DECODED_KERNEL(isa, t) void mm_##isa##_##t(const mm_args *a, int64_t g0, int64_t g1);
 #define MM_DECODED_KERNELS(isa)                                                                   \
     MM_DECODED_KERNEL(isa, q5_0) MM_DECODED_KERNEL(isa, q5_1) MM_DECODED_KERNEL(isa, iq4_nl)     \
     MM_DECODED_KERNEL(isa, mxfp4) MM_DECODED_KERNEL(isa, q2_K) MM_DECODED_KERNEL(isa, q3_K)      \
-    MM_DECODED_KERNEL(isa, q5_K) MM_DECODED_KERNEL(isa, iq4_xs)
+    MM_DECODED_KERNEL(isa, iq4_xs)
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
@@ -177,6 +181,7 @@ void mm_pack_q8_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 void mm_pack_q4_0(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q4_1(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+void mm_pack_q5_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 #define MM_PACK_DECODED(t, T, UE) void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 MM_DECODED(MM_PACK_DECODED)
@@ -192,6 +197,7 @@ MM_UNIT(q8_0)
 MM_UNIT(q4_0)
 MM_UNIT(q4_1)
 MM_UNIT(q4_K)
+MM_UNIT(q5_K)
 MM_UNIT(q6_K)
 #define MM_UNIT_DECODED(t, T, UE) MM_UNIT(t)
 MM_DECODED(MM_UNIT_DECODED)

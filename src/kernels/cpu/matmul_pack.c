@@ -51,6 +51,20 @@ void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
     }
 }
 
+/* Q4_K's record from Q5_K's low nibbles, scales and mins (the same 12-byte packing),
+ * then the fifth bits as they are: bit j of qh[l] belongs to element 32j + l. */
+void mm_pack_q5_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
+    for (int c = 0; c < ncols; c++) {
+        const block_q5_K *B = (const block_q5_K *)rows[c] + u;
+        for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->qs);
+        put_u16(rec, 2048, c, B->d);
+        put_u16(rec, 2080, c, B->dmin);
+        for (int j = 0; j < 8; j++)
+            quant_q4_K_scale_min(B->scales, j, &rec[2112 + 16 * j + c], &rec[2240 + 16 * j + c]);
+        for (int wi = 0; wi < 8; wi++) put_word(rec + 2368, wi, c, B->qh);
+    }
+}
+
 void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
     for (int c = 0; c < ncols; c++) {
         const block_q6_K *B = (const block_q6_K *)rows[c] + u;

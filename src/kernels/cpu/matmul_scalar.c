@@ -134,6 +134,29 @@ float mm_unit_q4_K(const void *wrow, int64_t u, const int8_t *xq, const float *x
     return acc;
 }
 
+/* Q5_K: Q4_K's sequence with five-bit quants. It is also the decoded types' factor
+ * (unit_decoded) for Q5_K's integer form, whose two halves share one scale and min:
+ * s*dlo + s*dhi = s*(dlo + dhi) exactly, so both give the same bits. */
+float mm_unit_q5_K(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
+    const block_q5_K *B = (const block_q5_K *)wrow + u;
+    const float d = fp16_to_f32(B->d), dmin = fp16_to_f32(B->dmin);
+    for (int j = 0; j < 8; j++) {
+        const int64_t b = u * 8 + j;
+        const int8_t *x = xq + b * 32;
+        const uint8_t *qs = B->qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        int dp = 0; /* <= 32*31*127 */
+        for (int i = 0; i < 32; i++) dp += (((qs[i] >> shift) & 0xF) | ((B->qh[i] >> j) & 1) << 4) * x[i];
+        uint8_t sc, mn;
+        quant_q4_K_scale_min(B->scales, j, &sc, &mn);
+        int isum = sc * dp;                          /* < 63*126016 < 2^23 */
+        int imin = mn * (xs[2 * b] + xs[2 * b + 1]);
+        float f = fmaf(-dmin, (float)imin, d * (float)isum);
+        acc = fmaf(xd[b], f, acc);
+    }
+    return acc;
+}
+
 float mm_unit_q6_K(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, float acc) {
     const block_q6_K *B = (const block_q6_K *)wrow + u;
     const float d = fp16_to_f32(B->d);
@@ -212,6 +235,7 @@ QUANT_GROUPS(q8_0)
 QUANT_GROUPS(q4_0)
 QUANT_GROUPS(q4_1)
 QUANT_GROUPS(q4_K)
+QUANT_GROUPS(q5_K)
 QUANT_GROUPS(q6_K)
 
 /* Decoded types: unit_decoded's operations, reading the integer form from the packed

@@ -26,6 +26,7 @@ static const mm_kernel k_kernels[QUANT_TYPE_END] = {
     QUANT(Q4_0, q4_0, MM_REC_Q4_0, .panel = MM_PANEL_OFFSET, .panel_offset = -8),
     QUANT(Q4_1, q4_1, MM_REC_Q4_1, .panel = MM_PANEL_SUM),
     QUANT(Q4_K, q4_K, MM_REC_Q4_K, .panel = MM_PANEL_NONE),
+    QUANT(Q5_K, q5_K, MM_REC_Q5_K, .panel = MM_PANEL_NONE),
     QUANT(Q6_K, q6_K, MM_REC_Q6_K, .panel = MM_PANEL_NONE),
     /* The decoded types share one record layout and kernel per unit size. */
 #define DECODED(t, T, UE) QUANT(T, t, MM_REC_DEC(UE), .panel = MM_PANEL_NONE),
