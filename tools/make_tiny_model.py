@@ -149,6 +149,9 @@ class Shape:
     qk_nope: int = 0
     v_dim: int = 0
     n_layer_dense: int = 0
+    yarn_factor: float = 4.0  # deepseek2's YaRN scaling and original context
+    yarn_orig_ctx: int = 256
+    n_vocab: int = 0  # > the tokenizer's: padded with unused control tokens
 
 
 # deepseek2's tiny shape: widths multiples of 32 (every k a Q8_0/Q4_1 row holds; n_embd 256: eight
@@ -186,6 +189,16 @@ SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
 SMOLLM2_1_7B = Shape(n_embd=2048, n_layer=24, n_head=32, n_head_kv=32, n_ff=8192,
                      n_ctx=8192, head_dim=64, rope_base=130000.0, rms_eps=1e-5)
 NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B}
+# DeepSeek-V2-Lite's shape (its config.json): 27 layers, the first dense, 64 routed experts
+# of 1408 (6 used, softmax, not normalised, scale 1) plus 2 shared, MLA without a query
+# bottleneck, YaRN x40 over 4096. 15.7B parameters (2.4B active): about 8.5 GB in Q4_K, for
+# the CPU benchmark only (bench/moe_bench.py), written tensor by tensor through a temporary
+# file, so it never sits in memory.
+DEEPSEEK_V2_LITE = Shape(n_embd=2048, n_layer=27, n_head=16, n_head_kv=16, n_ff=10944, n_ctx=163840,
+                         head_dim=192, rope_base=10000.0, rms_eps=1e-6, n_expert=64, n_expert_used=6,
+                         n_ff_exp=1408, kv_lora=512, n_rot=64, qk_nope=128, v_dim=128, n_layer_dense=1,
+                         yarn_factor=40.0, yarn_orig_ctx=4096, n_vocab=102400)
+DEEPSEEK2_SHAPES = {"deepseek-v2-lite": DEEPSEEK_V2_LITE}
 
 # Small shapes the GPU kernels take (head_dim 64 or 128, widths multiples of 256 so every
 # weight type fits): the second is Llama-3-8B's head layout (GQA 4:1, head_dim 128).
@@ -217,6 +230,22 @@ def truncate_vocab(tok: list, n: int) -> list:
                    and m.replace(" ", "", 1) in kept]
         elif key.endswith("_token_id") and val >= n:
             continue
+        out.append((key, val, vtype, sub))
+    return out
+
+
+def pad_vocab(tok: list, n: int) -> list:
+    """The vocabulary padded to n tokens with unused control tokens (a model's real size)."""
+    out = []
+    for key, val, vtype, sub in tok:
+        extra = n - len(val) if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                                        "tokenizer.ggml.scores") else 0
+        if key == "tokenizer.ggml.tokens":
+            val = list(val) + [f"<|invar_pad_{i}|>" for i in range(extra)]
+        elif key == "tokenizer.ggml.token_type":
+            val = list(val) + [3] * extra
+        elif key == "tokenizer.ggml.scores":
+            val = list(val) + [0.0] * extra
         out.append((key, val, vtype, sub))
     return out
 
@@ -356,10 +385,22 @@ RANDOM_BLOCKS = {"Q4_K": random_q4_k, "Q6_K": random_q6_k, "Q2_K": random_q2_k, 
 
 # ---------------------------------------------------------------- tensors
 
-def encode(rng: np.random.Generator, rows: int, cols: int, std: float, wtype: str):
-    """Random [rows, cols] matrix in wtype: (array, raw_dtype or None, type used)."""
+def random_q4_0(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """Valid Q4_0 blocks straight from random nibbles: value = d*(q-8), std of q-8 about 4.6."""
+    nb = rows * cols // 32
+    d = (std / 4.6) * rng.uniform(0.7, 1.3, size=nb)
+    qs = rng.integers(0, 256, size=(nb, 16), dtype=np.uint8)
+    return _blocks(nb, _f16_bytes(d), qs, qtype=QT.Q4_0).reshape(rows, -1)
+
+
+def encode(rng: np.random.Generator, rows: int, cols: int, std: float, wtype: str, fallback: str = "Q8_0"):
+    """Random [rows, cols] matrix in wtype: (array, raw_dtype or None, type used).  K-quant
+    rows that are not a multiple of 256 long fall back to `fallback` (as a real quantiser
+    falls back for short rows); "Q4_0r" is Q4_0 from random blocks (fast at any size)."""
     if wtype in K_TYPES and cols % QK_K != 0:
-        wtype = "Q8_0"  # same fallback a real quantiser uses for short rows
+        wtype = fallback
+    if wtype == "Q4_0r":
+        return random_q4_0(rng, rows, cols, std), QT.Q4_0, "Q4_0"
     if wtype in RANDOM_BLOCKS:
         return RANDOM_BLOCKS[wtype](rng, rows, cols, std), QT[wtype], wtype
     w = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
@@ -397,6 +438,10 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     embd_type = embd_type or (wtype if mix_output else default_embd_type(wtype))
     if shape == "tiny":
         s = tiny_shape(arch, wtype)
+    elif shape in DEEPSEEK2_SHAPES:
+        if arch != "deepseek2":
+            raise ValueError(f"shape {shape} is deepseek2's")
+        s = DEEPSEEK2_SHAPES[shape]
     elif shape in NAMED_SHAPES or shape in GPU_SHAPES:
         s = NAMED_SHAPES[shape] if shape in NAMED_SHAPES else GPU_SHAPES[shape]
         if arch in ("qwen3", "qwen3moe"):
@@ -406,8 +451,13 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     else:
         raise ValueError(f"unknown shape {shape!r}")
     if arch == "deepseek2":
+        if shape in DEEPSEEK2_SHAPES:
+            if gating != "softmax" or q_lora or merged_kv_b:
+                raise ValueError(f"deepseek2 {shape}: V2-Lite's softmax routing, no q_lora, split k_b/v_b only")
+            return _make_deepseek2(out, DEEPSEEK2_SHAPES[shape], wtype, seed, separate_output, embd_type,
+                                   tokenizer_src, quiet, vocab, gating, merged_kv_b, big=True)
         if shape != "tiny":
-            raise ValueError("deepseek2: only the tiny shape")
+            raise ValueError(f"deepseek2: shape tiny or {', '.join(DEEPSEEK2_SHAPES)}")
         s = replace(s, q_lora=q_lora, n_expert_used=4 if gating == "softmax" else 3)  # >= 3: order matters
         return _make_deepseek2(out, s, wtype, seed, separate_output, embd_type, tokenizer_src, quiet, vocab,
                                gating, merged_kv_b)
@@ -512,8 +562,13 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
 
 
 def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: bool, embd_type: str,
-                    tokenizer_src: str, quiet: bool, vocab: int | None, gating: str, merged_kv_b: bool) -> str:
-    """deepseek2 in llama.cpp's layout (the module docstring); gating softmax or sigmoid."""
+                    tokenizer_src: str, quiet: bool, vocab: int | None, gating: str, merged_kv_b: bool,
+                    big: bool = False) -> str:
+    """deepseek2 in llama.cpp's layout (the module docstring); gating softmax or sigmoid.
+    big: a benchmark-sized file: tensors spill to a temporary file as they are made, and
+    K-quant rows not a multiple of 256 long (k_b's 128, the experts' down 1408, the dense
+    down 10944) are random Q4_0 blocks (llama.cpp's quantiser would pick Q5_0, which
+    invar's kernels decode on a slower generic path; Q4_0 keeps the file the same size)."""
     if gating not in ("softmax", "sigmoid"):
         raise ValueError(f"unknown gating {gating!r}")
     v3 = gating == "sigmoid"
@@ -521,10 +576,13 @@ def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: 
     tok = tokenizer_fields(tokenizer_src)
     if vocab is not None:
         tok = truncate_vocab(tok, vocab)
+    if s.n_vocab:
+        tok = pad_vocab(tok, s.n_vocab)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     rng = np.random.default_rng(seed)
     arch = "deepseek2"
-    w = gguf.GGUFWriter(out, arch)
+    w = gguf.GGUFWriter(out, arch, use_temp_file=big)
+    fallback = "Q4_0r" if big else "Q8_0"
     H, R, rope, nope, vd, d = s.n_head, s.kv_lora, s.n_rot, s.qk_nope, s.v_dim, s.n_embd
     w.add_name(f"invar-synthetic-{arch}-{gating}-q{s.q_lora}-{wtype}-seed{seed}")
     w.add_type("model")
@@ -552,8 +610,8 @@ def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: 
         w.add_value_length_mla(vd)
     w.add_rope_dimension_count(rope)
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(4.0)
-    w.add_rope_scaling_orig_ctx_len(256)
+    w.add_rope_scaling_factor(s.yarn_factor)
+    w.add_rope_scaling_orig_ctx_len(s.yarn_orig_ctx)
     w.add_rope_scaling_yarn_log_mul(0.1 * 0.707)
     w.add_expert_count(s.n_expert)
     w.add_expert_used_count(s.n_expert_used)
@@ -572,11 +630,11 @@ def _make_deepseek2(out: str, s: Shape, wtype: str, seed: int, separate_output: 
         w.add_key_value(key, val, vtype, sub_type=sub)
 
     def add(name: str, rows: int, cols: int, std: float, t: str = wtype) -> None:
-        arr, raw, _ = encode(rng, rows, cols, std, t)
+        arr, raw, _ = encode(rng, rows, cols, std, t, fallback)
         w.add_tensor(name, arr, raw_dtype=raw)
 
     def add_stack(name: str, n: int, rows: int, cols: int, std: float) -> None:
-        arr, raw, _ = encode(rng, n * rows, cols, std, wtype)
+        arr, raw, _ = encode(rng, n * rows, cols, std, wtype, fallback)
         w.add_tensor(name, arr.reshape(n, rows, -1), raw_dtype=raw)
 
     def add_f32(name: str, arr: np.ndarray) -> None:
@@ -641,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--separate-output", action="store_true",
                     help="write output.weight instead of tying it to token_embd")
     ap.add_argument("--shape", "--llama-shape", dest="shape",
-                    choices=("tiny", *NAMED_SHAPES, *GPU_SHAPES), default="tiny")
+                    choices=("tiny", *NAMED_SHAPES, *GPU_SHAPES, *DEEPSEEK2_SHAPES), default="tiny")
     ap.add_argument("--tokenizer-from", default=DEFAULT_TOKENIZER_MODEL,
                     help="GGUF whose tokenizer.* keys are copied")
     ap.add_argument("--vocab", type=int, default=None,

@@ -111,13 +111,17 @@ fwd_state *fwd_state_create(const model *m, int64_t max_tokens, int64_t max_logi
                                   &L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->wq_a, &L->wq_b, &L->wkv_a};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
             if (ws[i]->data) sc = max_sz(sc, cpu_matmul_scratch_bytes(ws[i], max_tokens));
-        for (int64_t e = 0; L->exp_gate && e < c->n_expert; e++) { /* an expert gets at most every token */
+        /* the experts' grouped matmuls: T k rows over all experts (gate and up share theirs) */
+        const int64_t TK = max_tokens * c->n_expert_used;
+        for (int64_t e = 0; L->exp_gate && e < c->n_expert; e++) {
             const cpu_weight *xs[] = {&L->exp_gate[e], &L->exp_up[e], &L->exp_down[e]};
-            for (size_t i = 0; i < 3; i++) sc = max_sz(sc, cpu_matmul_scratch_bytes(xs[i], max_tokens));
+            for (size_t i = 0; i < 3; i++)
+                sc = max_sz(sc, cpu_matmul_grouped_scratch_bytes(xs[i], TK, 2 * c->n_expert));
         }
+        /* MLA's per-head projections, grouped: n_head groups of max_tokens rows */
         for (int64_t h = 0; L->k_b && h < c->n_head; h++) {
-            sc = max_sz(sc, cpu_matmul_scratch_bytes(&L->k_b[h], max_tokens));
-            sc = max_sz(sc, cpu_matmul_scratch_bytes(&L->v_b[h], max_tokens));
+            sc = max_sz(sc, cpu_matmul_grouped_scratch_bytes(&L->k_b[h], max_tokens * c->n_head, c->n_head));
+            sc = max_sz(sc, cpu_matmul_grouped_scratch_bytes(&L->v_b[h], max_tokens * c->n_head, c->n_head));
         }
     }
     sc = max_sz(sc, cpu_matmul_scratch_bytes(&m->output, max_logits));

@@ -93,11 +93,18 @@ static void row_query(void *ctx, int64_t t) {
     c->s->jobs[t] = (attn_job){ql, c->s->olat + t * H * R, view, c->a->b->pos[t]};
 }
 
-/* Per head h, y[:, h] = W_h x[:, h] for the T rows (strided views of the batch rows). */
+/* Per head h, y[:, h] = W_h x[:, h] for the T rows (strided views of the batch rows): all
+ * heads in one pool run (each head's bits are cpu_matmul's alone). */
 static void per_head(const mla_args *a, const cpu_weight *w, const float *x, int64_t ldx, int64_t xh, float *y,
                      int64_t ldy, int64_t yh) {
-    for (int64_t h = 0; h < a->m->cfg.n_head; h++)
-        a->mm(a->tp, &w[h], x + h * xh, a->b->n_tokens, ldx, y + h * yh, ldy, a->scratch);
+    const int64_t H = a->m->cfg.n_head, T = a->b->n_tokens;
+    if (a->mm == cpu_matmul && H <= MODEL_MAX_HEADS) {
+        cpu_matmul_group g[MODEL_MAX_HEADS];
+        for (int64_t h = 0; h < H; h++) g[h] = (cpu_matmul_group){&w[h], x + h * xh, T, ldx, y + h * yh, ldy};
+        cpu_matmul_grouped(a->tp, (int)H, g, a->scratch);
+        return;
+    }
+    for (int64_t h = 0; h < H; h++) a->mm(a->tp, &w[h], x + h * xh, T, ldx, y + h * yh, ldy, a->scratch);
 }
 
 static bool is_prefill_row(const fwd_batch *b, int64_t t) {

@@ -26,6 +26,7 @@ struct moe_state {
     bool group_max; /* a group's score: its best expert (else its two best summed) */
     float scale;
     float *score; /* [E] one token's gate scores (route_token_deepseek) */
+    cpu_matmul_group *groups; /* [2 E] the experts' matmuls of one pool run */
 };
 
 static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64); }
@@ -33,7 +34,7 @@ static float *falloc(size_t n) { return aligned_alloc(64, (n * sizeof(float) + 6
 void moe_state_free(moe_state *s) {
     if (!s) return;
     void *p[] = {s->logits, s->sel, s->wts, s->count, s->start, s->fill, s->slot,
-                 s->xg,     s->g,   s->u,   s->y,     s->seen,  s->score};
+                 s->xg,     s->g,   s->u,   s->y,     s->seen,  s->score, s->groups};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
     free(s);
 }
@@ -64,7 +65,8 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     s->y = falloc(TK * (size_t)s->D);
     s->seen = calloc(E, sizeof(uint64_t));
     s->score = malloc(sizeof(float) * 2 * E);
-    if (!s->score || !s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg ||
+    s->groups = malloc(sizeof(cpu_matmul_group) * 2 * E);
+    if (!s->groups || !s->score || !s->logits || !s->sel || !s->wts || !s->count || !s->start || !s->fill || !s->slot || !s->xg ||
         !s->g || !s->u || !s->y || !s->seen) {
         moe_state_free(s);
         return NULL;
@@ -201,9 +203,18 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
         if (s->deepseek) route_token_deepseek(s, t, L->exp_probs_b);
         else route_token(s, t, s->normalise);
     group_by_expert(s, xn, T);
+    /* Every expert's weights serve all of its tokens at once; all experts go to the pool
+     * in one run (gate and up of an expert share its quantised rows). */
+    const bool grouped = mm == cpu_matmul && s->E <= CPU_MATMUL_MAX_GROUPS / 2;
+    int ng = 0;
     for (int64_t e = 0; e < s->E; e++) {
         const int64_t c = s->count[e], p = s->start[e];
         if (!c) continue;
+        if (grouped) {
+            s->groups[ng++] = (cpu_matmul_group){&L->exp_gate[e], s->xg + p * D, c, D, s->g + p * F, F};
+            s->groups[ng++] = (cpu_matmul_group){&L->exp_up[e], s->xg + p * D, c, D, s->u + p * F, F};
+            continue;
+        }
         const cpu_weight *w[] = {&L->exp_gate[e], &L->exp_up[e]};
         float *const y[] = {s->g + p * F, s->u + p * F};
         const int64_t ldy[] = {F, F};
@@ -211,15 +222,19 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
         else
             for (int i = 0; i < 2; i++) mm(tp, w[i], s->xg + p * D, c, D, y[i], ldy[i], scratch);
     }
+    if (grouped) cpu_matmul_grouped(tp, ng, s->groups, scratch);
     s->n_rows = T * s->k;
     const int64_t n_tasks = (s->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     if (s->n_rows < ROWS_PARALLEL_MIN)
         for (int64_t i = 0; i < n_tasks; i++) silu_task(s, i);
     else threadpool_run(tp, silu_task, s, n_tasks);
+    ng = 0;
     for (int64_t e = 0; e < s->E; e++) {
         const int64_t c = s->count[e], p = s->start[e];
-        if (c) mm(tp, &L->exp_down[e], s->g + p * F, c, F, s->y + p * D, D, scratch);
+        if (c && grouped) s->groups[ng++] = (cpu_matmul_group){&L->exp_down[e], s->g + p * F, c, F, s->y + p * D, D};
+        else if (c) mm(tp, &L->exp_down[e], s->g + p * F, c, F, s->y + p * D, D, scratch);
     }
+    if (grouped) cpu_matmul_grouped(tp, ng, s->groups, scratch);
 }
 
 void moe_combine_row(const moe_state *s, int64_t t, float *out) {

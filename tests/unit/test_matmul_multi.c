@@ -1,6 +1,7 @@
 /* cpu_matmul_multi (q/k/v and gate/up in one call) gives every output exactly the bits of
  * cpu_matmul on that weight alone, for every type and ISA, batch size and thread count;
- * weights of different types (activations prepared per weight) included. */
+ * weights of different types (activations prepared per weight) included. So does
+ * cpu_matmul_grouped (experts, MLA heads): groups of their own rows and row counts. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,11 +143,90 @@ static void test_negative_control_detected(void **state) {
     threadpool_destroy(tp);
 }
 
+/* Mismatching rows of cpu_matmul_grouped against ref per group: groups of the NW weights
+ * over rows of x at different offsets and counts (one of them empty, one pair sharing its
+ * activations, as an expert's gate and up do). */
+static int compare_grouped(const weights *W, int64_t k, threadpool *tp, matmul_fn ref_mm) {
+    enum { NG = 6 };
+    const int64_t ldx = k + 5, ldy = 64;
+    static const int64_t m_of[NG] = {3, 3, 0, 17, 1, 40}, off[NG] = {0, 0, 5, 9, 30, 31};
+    static const int w_of[NG] = {0, 1, 2, 2, 1, 0};
+    float *x = malloc(sizeof(float) * MAX_M * (size_t)ldx), *ys[NG];
+    float *ref = malloc(sizeof(float) * MAX_M * (size_t)ldy);
+    for (int64_t r = 0; r < MAX_M; r++) mm_make_row(x + r * ldx, k);
+    cpu_matmul_group g[NG];
+    size_t sc = 0;
+    for (int i = 0; i < NG; i++) {
+        ys[i] = malloc(sizeof(float) * MAX_M * (size_t)ldy);
+        for (int64_t e = 0; e < MAX_M * ldy; e++) ys[i][e] = NAN;
+        g[i] = (cpu_matmul_group){&W->w[w_of[i]], x + off[i] * ldx, m_of[i], ldx, ys[i], ldy};
+        sc += cpu_matmul_scratch_bytes(&W->w[w_of[i]], m_of[i] ? m_of[i] : 1) + 256;
+    }
+    void *scratch = malloc(sc + 1);
+    cpu_matmul_grouped(tp, NG, g, scratch);
+    int bad = 0;
+    for (int i = 0; i < NG; i++) {
+        if (!m_of[i]) {
+            bad += !isnan(ys[i][0]); /* an empty group writes nothing */
+            continue;
+        }
+        ref_mm(tp, g[i].w, g[i].x, m_of[i], ldx, ref, ldy, scratch);
+        for (int64_t r = 0; r < m_of[i]; r++)
+            bad += memcmp(ys[i] + r * ldy, ref + r * ldy, sizeof(float) * (size_t)n_cols[w_of[i]]) != 0;
+    }
+    for (int i = 0; i < NG; i++) free(ys[i]);
+    free(ref);
+    free(x);
+    free(scratch);
+    return bad;
+}
+
+static void test_grouped_matches_single(void **state) {
+    (void)state;
+    threadpool *tp[2] = {threadpool_create(1), threadpool_create(2)};
+    const mm_type_list all = mm_types();
+    for (size_t t = 0; t < all.n; t++) {
+        const uint32_t ty = all.id[t], types[NW] = {ty, ty, ty};
+        mm_seed(300 + ty);
+        weights W;
+        weights_init(&W, types, k_for(ty));
+        for (int p = 0; p < 2; p++) {
+            const int bad = compare_grouped(&W, k_for(ty), tp[p], cpu_matmul);
+            if (bad) fail_msg("grouped type %u threads %d: %d rows differ", ty, p + 1, bad);
+        }
+        weights_free(&W);
+    }
+    static const uint32_t mixed[NW] = {INVAR_T_Q4_K, INVAR_T_Q4_0, INVAR_T_F16};
+    weights W;
+    weights_init(&W, mixed, 512);
+    assert_int_equal(compare_grouped(&W, 512, tp[1], cpu_matmul), 0);
+    weights_free(&W);
+    threadpool_destroy(tp[0]);
+    threadpool_destroy(tp[1]);
+}
+
+/* Negative control of the grouped comparison: split-K by m differs from it. */
+static void test_grouped_negative_control_detected(void **state) {
+    (void)state;
+    threadpool *tp = threadpool_create(2);
+    static const uint32_t types[NW] = {INVAR_T_Q4_K, INVAR_T_Q4_K, INVAR_T_Q4_K};
+    mm_seed(901);
+    weights W;
+    weights_init(&W, types, 512);
+    const int bad = compare_grouped(&W, 512, tp, cpu_matmul_splitk_by_m);
+    print_message("grouped negative control: %d rows differ\n", bad);
+    assert_true(bad > 0);
+    weights_free(&W);
+    threadpool_destroy(tp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_multi_matches_single),
         cmocka_unit_test(test_mixed_types),
         cmocka_unit_test(test_negative_control_detected),
+        cmocka_unit_test(test_grouped_matches_single),
+        cmocka_unit_test(test_grouped_negative_control_detected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

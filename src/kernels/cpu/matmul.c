@@ -276,6 +276,64 @@ void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const 
     threadpool_run(tp, task_columns, &M, first[nw]);
 }
 
+size_t cpu_matmul_grouped_scratch_bytes(const cpu_weight *w, int64_t total_m, int64_t n) {
+    /* Each group's carve rounds up at most four times 64 bytes over its share. */
+    return cpu_matmul_scratch_bytes(w, total_m) + (size_t)n * 256;
+}
+
+typedef struct {
+    const mm_args *a;
+    const int64_t *first; /* first[i]: index of group i's first task; first[n]: total */
+    int n;
+} grouped_task;
+
+static void task_grouped(void *ctx, int64_t t) {
+    const grouped_task *G = ctx;
+    int lo = 0, hi = G->n - 1; /* the group whose task range holds t */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (G->first[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    run_column_task(&G->a[lo], t - G->first[lo]);
+}
+
+void cpu_matmul_grouped(threadpool *tp, int n, const cpu_matmul_group *g, void *scratch) {
+    if (n > CPU_MATMUL_MAX_GROUPS) { /* callers stay below; still correct, in two runs */
+        cpu_matmul_grouped(tp, CPU_MATMUL_MAX_GROUPS, g, scratch);
+        cpu_matmul_grouped(tp, n - CPU_MATMUL_MAX_GROUPS, g + CPU_MATMUL_MAX_GROUPS, scratch);
+        return;
+    }
+    mm_args a[CPU_MATMUL_MAX_GROUPS];
+    int64_t first[CPU_MATMUL_MAX_GROUPS + 1];
+    int na = 0;
+    char *sp = scratch;
+    const mm_args *prev = NULL;
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (g[i].m <= 0) continue;
+        const cpu_isa isa = kernel_isa(mm_kernel_of(g[i].w->type), cpu_isa_active());
+        mm_args *A = &a[na];
+        if (prev && prev->x == g[i].x && prev->m == g[i].m && prev->ldx == g[i].ldx &&
+            prev->w->type == g[i].w->type && prev->w->k == g[i].w->k) {
+            *A = *prev; /* the same activations, already in the kernels' form */
+            A->w = g[i].w;
+            A->y = g[i].y;
+            A->ldy = g[i].ldy;
+        } else {
+            init_args(A, g[i].w, isa, g[i].x, g[i].m, g[i].ldx, g[i].y, g[i].ldy);
+            prepare_activations(tp, A, isa, sp);
+            sp += cpu_matmul_scratch_bytes(g[i].w, g[i].m);
+        }
+        prev = A;
+        first[na + 1] = first[na] + column_tasks(A);
+        na++;
+    }
+    if (!na) return;
+    grouped_task G = {a, first, na};
+    threadpool_run(tp, task_grouped, &G, first[na]);
+}
+
 /* ---- Negative control: NOT batch-invariant on purpose (tests only). ---- */
 
 typedef struct {

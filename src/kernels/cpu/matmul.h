@@ -47,6 +47,23 @@ void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, 
 void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const float *x, int64_t m,
                       int64_t ldx, float *const *y, const int64_t *ldy, void *scratch);
 
+/* Independent matmuls, each with its own weight, activations and output (the experts of
+ * an MoE layer, the heads of MLA's absorbed projections), in one pool run: the column
+ * tasks of every group in turn. Each output gets exactly the bits cpu_matmul gives it
+ * alone; a group with m 0 is skipped. A group whose x, m, ldx, type and k equal the
+ * previous group's reuses its quantised activations. */
+typedef struct {
+    const cpu_weight *w;
+    const float *x;
+    int64_t m, ldx;
+    float *y;
+    int64_t ldy;
+} cpu_matmul_group;
+#define CPU_MATMUL_MAX_GROUPS 512
+void cpu_matmul_grouped(threadpool *tp, int n, const cpu_matmul_group *g, void *scratch);
+/* Scratch for n groups of w's type and k holding total_m rows in all. */
+size_t cpu_matmul_grouped_scratch_bytes(const cpu_weight *w, int64_t total_m, int64_t n);
+
 /* NEGATIVE CONTROL, tests only: splits K into a number of partial sums that grows with
  * m and adds them in float. Same maths, different rounding per m: NOT batch-invariant. */
 void cpu_matmul_splitk_by_m(threadpool *tp, const cpu_weight *w, const float *x, int64_t m,
