@@ -226,19 +226,23 @@ static void init_args(mm_args *a, const cpu_weight *w, cpu_isa isa, const float 
     a->ldy = ldy;
 }
 
-/* Several weights over the same activations: one pool run whose tasks are the column
- * tasks of every weight in turn. */
+/* Several matmuls in one pool run (cpu_matmul_multi: weights over the same activations;
+ * cpu_matmul_grouped: independent ones): the tasks are the column tasks of each in turn. */
 typedef struct {
     const mm_args *a;
-    const int64_t *first; /* first[i]: index of weight i's first task; first[nw]: total */
-    int nw;
-} multi_task;
+    const int64_t *first; /* first[i]: index of matmul i's first task; first[n]: total */
+    int n;
+} grouped_task;
 
-static void task_columns(void *ctx, int64_t t) {
-    const multi_task *M = ctx;
-    int i = 0;
-    while (t >= M->first[i + 1]) i++;
-    run_column_task(&M->a[i], t - M->first[i]);
+static void task_grouped(void *ctx, int64_t t) {
+    const grouped_task *G = ctx;
+    int lo = 0, hi = G->n - 1; /* the matmul whose task range holds t */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (G->first[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    run_column_task(&G->a[lo], t - G->first[lo]);
 }
 
 void cpu_matmul(threadpool *tp, const cpu_weight *w, const float *x, int64_t m, int64_t ldx,
@@ -272,30 +276,13 @@ void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const 
         }
         first[i + 1] = first[i] + column_tasks(&a[i]);
     }
-    multi_task M = {a, first, nw};
-    threadpool_run(tp, task_columns, &M, first[nw]);
+    grouped_task G = {a, first, nw};
+    threadpool_run(tp, task_grouped, &G, first[nw]);
 }
 
 size_t cpu_matmul_grouped_scratch_bytes(const cpu_weight *w, int64_t total_m, int64_t n) {
     /* Each group's carve rounds up at most four times 64 bytes over its share. */
     return cpu_matmul_scratch_bytes(w, total_m) + (size_t)n * 256;
-}
-
-typedef struct {
-    const mm_args *a;
-    const int64_t *first; /* first[i]: index of group i's first task; first[n]: total */
-    int n;
-} grouped_task;
-
-static void task_grouped(void *ctx, int64_t t) {
-    const grouped_task *G = ctx;
-    int lo = 0, hi = G->n - 1; /* the group whose task range holds t */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (G->first[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    run_column_task(&G->a[lo], t - G->first[lo]);
 }
 
 void cpu_matmul_grouped(threadpool *tp, int n, const cpu_matmul_group *g, void *scratch) {
