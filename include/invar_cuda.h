@@ -133,6 +133,9 @@ void invar_cuda_attn_plan_free(invar_cuda_attn_plan *plan);
  * of a token's splits itself; both give the same bits. force: -1 auto, 0 never, 1 always. */
 int invar_cuda_attn_plan_split(const invar_cuda_attn_plan *plan);
 void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *plan, int force);
+/* The number of pages the caches passed to invar_cuda_attention hold (lets prefill tiles run
+ * on the TMA kernel; without it they run on the cp.async one: the same bits). */
+void invar_cuda_attn_plan_cache_pages(invar_cuda_attn_plan *plan, int64_t pages);
 /* out [T, n_heads, head_dim] bf16; scale is usually 1/sqrt(head_dim). */
 int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *plan, const uint16_t *q,
                          const uint16_t *k_cache, const uint16_t *v_cache,
@@ -174,6 +177,8 @@ typedef struct {
     int split, rows_max, n_tokens, n_heads, n_kv_heads, head_dim;
     const int32_t *ctx_len, *tok_pos, *tok_pbase, *block_table;
     float *ws;               /* split: invar_cuda_attn_ws_bytes of partials */
+    int64_t cache_pages;     /* pages in k_cache / v_cache (each [pages][n_kv_heads][PAGE][head_dim]);
+                                0: unknown, which keeps items of more than 64 rows off the TMA kernel */
 } invar_cuda_attn_launch;
 int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *launch,
                                 const uint16_t *q, const uint16_t *k_cache, const uint16_t *v_cache,

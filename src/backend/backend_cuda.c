@@ -291,7 +291,8 @@ static int eager_step(cuda_backend *c, backend_kv *kv, const fwd_batch *batch, i
         .items = ds.items, .grid = split ? sh.n_items_split : sh.n_items_tile, .counts = NULL, .max_pages = mp,
         .split = split, .rows_max = sh.rows_max, .n_tokens = sh.n_tokens, .n_heads = (int)cf->n_head,
         .n_kv_heads = (int)cf->n_head_kv, .head_dim = (int)cf->head_dim, .ctx_len = ds.ctx_len,
-        .tok_pos = ds.tok_pos, .tok_pbase = ds.tok_pbase, .block_table = ds.btab, .ws = NULL};
+        .tok_pos = ds.tok_pos, .tok_pbase = ds.tok_pbase, .block_table = ds.btab, .ws = NULL,
+        .cache_pages = kv->n_alloc};
     if (split) {
         size_t need = invar_cuda_attn_ws_bytes(sh.n_partials, (int)cf->n_head, (int)cf->head_dim);
         if (need > c->attn_ws_bytes) {

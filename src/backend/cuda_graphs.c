@@ -152,7 +152,8 @@ static int upload_step(cuda_graphs *g, int rows, int n_items, int max_pages) {
            step_staging_uploaded(&g->stage);
 }
 
-static invar_cuda_attn_launch launch_of(const cuda_backend *c, const cuda_graphs *g, int rows, int split) {
+static invar_cuda_attn_launch launch_of(const cuda_backend *c, const cuda_graphs *g, const backend_kv *kv, int rows,
+                                        int split) {
     const model_config *cf = &c->base.m->cfg;
     step_arrays ds = step_arrays_at(g->stage.dev, &g->lay);
     /* Split items: a fixed grid of CTAs strides over them; decode tiles run on the one-warp
@@ -162,7 +163,8 @@ static invar_cuda_attn_launch launch_of(const cuda_backend *c, const cuda_graphs
         .items = ds.items, .grid = grid, .counts = ds.counts, .max_pages = 0, .split = split,
         .rows_max = (int)(cf->n_head / cf->n_head_kv), .n_tokens = rows, .n_heads = (int)cf->n_head,
         .n_kv_heads = (int)cf->n_head_kv, .head_dim = (int)cf->head_dim, .ctx_len = ds.ctx_len,
-        .tok_pos = ds.tok_pos, .tok_pbase = ds.tok_pbase, .block_table = ds.btab, .ws = split ? g->ws : NULL};
+        .tok_pos = ds.tok_pos, .tok_pbase = ds.tok_pbase, .block_table = ds.btab, .ws = split ? g->ws : NULL,
+        .cache_pages = kv->n_alloc};
 }
 
 /* A padding-only step of bucket i, run eagerly: it sizes the context's workspaces. Every
@@ -171,7 +173,7 @@ static invar_cuda_attn_launch launch_of(const cuda_backend *c, const cuda_graphs
 static int warm_one(cuda_backend *c, cuda_graphs *g, backend_kv *kv, int i) {
     const int rows = g->rows[i], split = g->split[i];
     step_arrays ds = step_arrays_at(g->stage.dev, &g->lay);
-    invar_cuda_attn_launch at = launch_of(c, g, rows, split);
+    invar_cuda_attn_launch at = launch_of(c, g, kv, rows, split);
     int n_items = fill_step(c, g, kv, NULL, rows, split, 1);
     return n_items < 0 || upload_step(g, rows, n_items, 1) || cuda_run(c, g->ctx, kv, &ds, rows, rows, &at) ||
            cudaStreamSynchronize((cudaStream_t)c->stream) != cudaSuccess;
@@ -181,7 +183,7 @@ static int capture_one(cuda_backend *c, cuda_graphs *g, backend_kv *kv, int i) {
     cudaStream_t st = (cudaStream_t)c->stream;
     const int rows = g->rows[i], split = g->split[i];
     step_arrays ds = step_arrays_at(g->stage.dev, &g->lay);
-    invar_cuda_attn_launch at = launch_of(c, g, rows, split);
+    invar_cuda_attn_launch at = launch_of(c, g, kv, rows, split);
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
     int rc = cuda_run(c, g->ctx, kv, &ds, rows, rows, &at);

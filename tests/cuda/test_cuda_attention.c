@@ -5,8 +5,10 @@
  * 256-position KV splits, in ragged batches that mix decode and prefill of other sequences in
  * any order, and with the KV split across CTAs or folded inside one; and it must match an fp64
  * reference on random data.
- * Pages are assigned in a shuffled order. The kernel is the default (wgmma) one; the previous
- * mma.sync kernel's accuracy is reported beside it, as a diagnosis aid.
+ * Pages are assigned in a shuffled order. The kernel is the default (wgmma) one: prefill tiles
+ * on its TMA (warp-specialised) variant, decode on its cp.async one, and the other prefill
+ * variants must give the same bits; the previous mma.sync kernel's accuracy is reported beside
+ * it, as a diagnosis aid.
  *
  * Debugging a first run: INVAR_CUDA_TEST_TINY=1 runs short sequences only, one layout
  * (INVAR_CUDA_TEST_HD=64 or 128 picks the head_dim; default 128), checks every token against fp64 and
@@ -44,7 +46,7 @@ static invar_cuda_ctx *ctx;
 
 static uint16_t *hq[NSEQ], *hk[NSEQ], *hv[NSEQ]; /* host Q [L][HQ][D], K/V [L][HKV][D] */
 static int32_t *pages[NSEQ];                      /* page of each 16-position block */
-static int max_pages;
+static int max_pages, cache_pages;
 static uint16_t *kc, *vc;
 #define ROW ((size_t)HQ * HDIM) /* elements of one token's output */
 static uint16_t *canon[NSEQ];                     /* canonical output [L][HQ][D] */
@@ -75,6 +77,7 @@ static void run_batch(const struct seg *sg, int n, int force_split, uint16_t **d
     invar_cuda_attn_plan *pl;
     CKI(invar_cuda_attn_plan_create(ctx, &pl, n, qstart, qlen, clen, HQ, HKV, HDIM, max_pages));
     invar_cuda_attn_plan_force_split(pl, force_split);
+    invar_cuda_attn_plan_cache_pages(pl, cache_pages);
     CKI(invar_cuda_attention(ctx, pl, dq, kc, vc, dbt, dout, 1.0f / sqrtf((float)HDIM)));
     CK(cudaDeviceSynchronize());
     uint16_t *out = download(dout, (size_t)T * ROW * 2);
@@ -227,6 +230,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         perm[j] = t;
     }
     size_t page_elems = (size_t)HKV * PG * HDIM;
+    cache_pages = total_pages;
     kc = dmalloc((size_t)total_pages * page_elems * 2);
     vc = dmalloc((size_t)total_pages * page_elems * 2);
     CK(cudaMemset(kc, 0xFF, (size_t)total_pages * page_elems * 2)); /* NaN where nothing wrote */
@@ -301,6 +305,25 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
 
     run_batch(all, NSEQ, 1, got);
     compare(got, "full prefill, KV split across CTAs");
+    {
+        /* Prefill tiles (> 64 rows) on the other variants of the kernel: the TMA one without
+         * turns, the cp.async one (all threads copy; decode's kernel), the TMA one on a
+         * persistent grid. Then the TMA kernel's in-CTA fold made to follow the tile. */
+        static const char *names[] = {"", "full prefill, TMA kernel, no turns", "full prefill, cp.async kernel",
+                                      "full prefill, TMA kernel, persistent grid"};
+        for (int mode = 1; mode <= 3; mode++) {
+            int pw = invar_cuda_testing_attn_prefill(ctx, mode);
+            run_batch(all, NSEQ, 0, got);
+            compare(got, names[mode]);
+            invar_cuda_testing_attn_prefill(ctx, pw);
+        }
+        int c293[NSEQ];
+        for (int s = 0; s < NSEQ; s++) c293[s] = 293;
+        invar_cuda_testing_attn_fold_by_rows(ctx, 1);
+        run_steps(c293, 1, 0, got);
+        compare_want(got, "chunks of 293 [control: in-CTA fold follows the tile]", tiny_mode ? -1 : 0);
+        invar_cuda_testing_attn_fold_by_rows(ctx, 0);
+    }
     {
         struct seg rev[NSEQ];
         for (int s = 0; s < NSEQ; s++) rev[s] = all[NSEQ - 1 - s];

@@ -13,6 +13,8 @@
  * values, so the bits do not depend on which path ran, on how many tokens a CTA holds, on
  * where in an MMA tile a row sits, nor on what else is in the batch. Decode runs the same
  * kernel as prefill: its few rows (the query heads of a KV head) padded into a 64-row tile. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
@@ -49,6 +51,13 @@ static_assert(WG_SMEM(1, 2, 1, 128) <= 115 * 1024 && WG_SMEM(1, 3, 0, 128) <= 11
  * decode_ring): 209 KB at hd 128. */
 #define WG_DEEP_STAGES 6
 static_assert(WG_SMEM(1, WG_DEEP_STAGES, 0, 128) <= 227 * 1024, "the deep ring fits one CTA per SM");
+/* The warp-specialised kernel (attention_ws_body.cuh) for items of more than 64 rows: 2
+ * consumer warpgroups + a producer warpgroup, WS_STAGES-stage TMA ring, the running outputs,
+ * 2 x WS_STAGES mbarriers. One CTA per SM. */
+#define WS_STAGES 4
+#define WS_SMEM(st, hd) \
+    (1024 + (size_t)(2 * WG_ROWS + 2 * (st) * KB) * (hd) * 2 + (size_t)256 * ((hd) / 2) * 4 + 16 * (size_t)(st))
+static_assert(WS_SMEM(WS_STAGES, 128) <= 227 * 1024, "the warp-specialised kernel fits one CTA per SM");
 static_assert(ATT_MAX_ROWS == 2 * WG_ROWS, "the wide wgmma variant: 2 warpgroups of 64 rows");
 static_assert(KB == 64, "a block is one m64n64 S tile: 64 keys, 4 k16 steps of P V");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
@@ -57,6 +66,7 @@ struct invar_cuda_attn_plan {
     invar_cuda_attn_shape sh;
     int n_seqs, n_heads, n_kv_heads, head_dim, max_pages;
     int force;                 /* -1 auto, 0, 1 */
+    int64_t cache_pages;       /* pages of the caches it runs on (0: unknown, no TMA kernel) */
     invar_cuda_attn_item *d_items_tile, *d_items_split;
     int32_t *d_ctx_len;        /* [n_seqs] */
     int32_t *d_tok_pos;        /* [n_tokens] */
@@ -138,6 +148,11 @@ static __device__ __forceinline__ void st_shared_zero16(uint32_t dst)
 {
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst), "r"(0) : "memory");
 }
+static __device__ __forceinline__ void st_shared16(uint32_t dst, uint4 v)
+{
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
 static __device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -170,6 +185,7 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 #define AT(name) name##_hd128
 #include "kernels/cuda/attention_mma_body.cuh"
 #include "kernels/cuda/attention_wgmma_body.cuh"
+#include "kernels/cuda/attention_ws_body.cuh"
 #include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
@@ -177,6 +193,7 @@ static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
 #define AT(name) name##_hd64
 #include "kernels/cuda/attention_mma_body.cuh"
 #include "kernels/cuda/attention_wgmma_body.cuh"
+#include "kernels/cuda/attention_ws_body.cuh"
 #include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
@@ -338,14 +355,84 @@ typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, c
                                int, float, const int32_t *);
 typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
 
+typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
+                             const invar_cuda_attn_item *, int, const uint16_t *, const uint16_t *,
+                             const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
+                             float *, int, int, int, float, const int32_t *, int);
+
+/* A 2-D view of one layer's cache for TMA: rows of head_dim bf16 ([page][kv head][16] rows),
+ * boxes of 16 rows x 64 elements (one page of one KV head, one 128-byte swizzle atom wide). */
+static int cache_map(invar_cuda_ctx *ctx, CUtensorMap *m, const uint16_t *cache, int64_t rows, int hd)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)ctx->encode_tiled;
+    cuuint64_t dims[2] = {(cuuint64_t)hd, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)hd * 2};
+    cuuint32_t box[2] = {64, PAGE};
+    cuuint32_t estr[2] = {1, 1};
+    CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)cache, dims, strides, box, estr,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return invar_cuda_fail(ctx, INVAR_CUDA_ECUDA, "attention: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return 0;
+}
+
+/* Items of more than 64 rows on the warp-specialised kernel: a TMA producer warp feeding two
+ * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores; 1: free-running;
+ * 3: turns, and a persistent grid of one CTA per SM striding over the items). */
+static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const uint16_t *q,
+                     const uint16_t *k_cache, const uint16_t *v_cache, uint16_t *out, float scale)
+{
+    const int hd = a->head_dim;
+    const int64_t rows = a->cache_pages * a->n_kv_heads * PAGE;
+    if (rows > INT32_MAX) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: cache too large for TMA rows");
+    CUtensorMap tmk, tmv;
+    if (cache_map(ctx, &tmk, k_cache, rows, hd) || cache_map(ctx, &tmv, v_cache, rows, hd)) return INVAR_CUDA_ECUDA;
+    const int pp = ctx->attn_prefill != 1;
+    ws_kernel_fn kern = hd == 128 ? (pp ? ws_attn_kernel_hd128<WS_STAGES, true> : ws_attn_kernel_hd128<WS_STAGES, false>)
+                                  : (pp ? ws_attn_kernel_hd64<WS_STAGES, true> : ws_attn_kernel_hd64<WS_STAGES, false>);
+    const size_t smem = WS_SMEM(WS_STAGES, hd);
+    if (smem > ctx->smem_optin)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
+                               smem, ctx->smem_optin);
+    if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                         "attn smem attribute"))
+        return INVAR_CUDA_ECUDA;
+    if (a->n_tokens == 0 || a->grid == 0) return 0;
+    int gx = a->grid;
+    if (!a->counts && ctx->attn_prefill == 3) {
+        const int per_head = (ctx->sm_count + a->n_kv_heads - 1) / a->n_kv_heads;
+        gx = gx < per_head ? gx : per_head;
+    }
+    dim3 grid(gx, a->n_kv_heads);
+    kern<<<grid, 384, smem, ctx->stream>>>(tmk, tmv, a->items, a->grid, q, k_cache, v_cache, a->block_table,
+                                           a->ctx_len, a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                           a->n_kv_heads, a->max_pages, scale, a->counts, ctx->testing_fold_by_rows);
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
+}
+
+static int launch_merge(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, uint16_t *out)
+{
+    attn_merge_fn merge = a->head_dim == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
+    size_t warps = (size_t)a->n_tokens * a->n_heads;
+    merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
+        a->ws, a->tok_pos, a->tok_pbase, out, a->n_tokens, a->n_heads, ctx->testing_merge_by_batch && (a->n_tokens & 1));
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention merge launch");
+}
+
 extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a,
                                            const uint16_t *q, const uint16_t *k_cache,
                                            const uint16_t *v_cache, uint16_t *out, float scale)
 {
     const int hd = a->head_dim;
     if ((hd != 64 && hd != 128) || a->rows_max <= 0 || a->rows_max > ATT_MAX_ROWS || a->grid < 0 ||
-        (a->split && !a->ws))
+        (a->split && !a->ws) || a->cache_pages < 0)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
+    if (!ctx->attn_mma && a->rows_max > WG_ROWS && ctx->attn_prefill != 2 && a->cache_pages > 0) {
+        int rc = launch_ws(ctx, a, q, k_cache, v_cache, out, scale);
+        if (rc || !a->split || a->n_tokens == 0 || a->grid == 0) return rc;
+        return launch_merge(ctx, a, out);
+    }
     attn_kernel_fn kern;
     size_t smem;
     unsigned threads;
@@ -382,7 +469,6 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
             threads = 128;
         }
     }
-    attn_merge_fn merge = hd == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
                                smem, ctx->smem_optin);
@@ -396,14 +482,8 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     kern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
                                               a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
                                               a->n_kv_heads, a->max_pages, scale, a->counts);
-    if (a->split) {
-        size_t warps = (size_t)a->n_tokens * a->n_heads;
-        merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
-                                                                             a->n_tokens, a->n_heads,
-                                                                             ctx->testing_merge_by_batch &&
-                                                                                 (a->n_tokens & 1));
-    }
-    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
+    if (invar_cuda_check(ctx, cudaGetLastError(), "attention launch")) return INVAR_CUDA_ECUDA;
+    return a->split ? launch_merge(ctx, a, out) : 0;
 }
 
 /* ---- plans: the work lists in device memory of their own (kernel tests, benchmarks) ---- */
@@ -470,6 +550,11 @@ extern "C" void invar_cuda_attn_plan_force_split(invar_cuda_attn_plan *p, int fo
     p->force = force < 0 ? -1 : (force ? 1 : 0);
 }
 
+extern "C" void invar_cuda_attn_plan_cache_pages(invar_cuda_attn_plan *p, int64_t pages)
+{
+    p->cache_pages = pages > 0 ? pages : 0;
+}
+
 extern "C" int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_plan *p,
                                     const uint16_t *q, const uint16_t *k_cache,
                                     const uint16_t *v_cache, const int32_t *block_table,
@@ -491,6 +576,7 @@ extern "C" int invar_cuda_attention(invar_cuda_ctx *ctx, const invar_cuda_attn_p
     a.tok_pos = p->d_tok_pos;
     a.tok_pbase = p->d_tok_pbase;
     a.block_table = block_table;
+    a.cache_pages = p->cache_pages;
     if (split && p->sh.n_tokens) {
         size_t need = invar_cuda_attn_ws_bytes(p->sh.n_partials, p->n_heads, p->head_dim);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->attn_ws, &ctx->attn_ws_bytes, need, 0);

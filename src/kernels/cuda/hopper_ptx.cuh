@@ -1,5 +1,5 @@
 /* Thin wrappers over the sm_90 PTX the GEMM needs: mbarriers, TMA tile loads, wgmma
- * fences, register reallocation and named barriers. */
+ * fences, register reallocation and named barriers (the attention kernels use them too). */
 #ifndef INVAR_HOPPER_PTX_CUH
 #define INVAR_HOPPER_PTX_CUH
 #include <stdint.h>
@@ -154,6 +154,13 @@ static __device__ __forceinline__ void fence_proxy_async(void)
 static __device__ __forceinline__ void named_barrier(int id, int nthreads)
 {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+/* Counts this thread's warp towards named barrier `id` without waiting (the producer side of
+ * a hand-over: the threads that bar.sync on it wait for these arrivals). */
+static __device__ __forceinline__ void named_barrier_arrive(int id, int nthreads)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
 }
 
 #endif

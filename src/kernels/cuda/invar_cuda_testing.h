@@ -37,6 +37,14 @@ int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
  * INVAR_CUDA_ATTN=mma in the environment picks the old one at init); -1 only asks. Returns
  * the previous setting. Both are invariant; their bits differ from each other's. */
 int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on);
+/* Items of more than 64 rows (prefill tiles): 0 the TMA kernel whose consumer warpgroups take
+ * turns on the tensor cores (the default), 1 the same without turns, 2 the cp.async kernel
+ * (all threads copy), 3 the TMA kernel on a persistent grid (one CTA per SM striding over the
+ * items); other values only ask. Returns the previous setting. Same bits in every mode. */
+int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode);
+/* Negative control: the TMA kernel folds a tile's KV splits with a fused multiply-add when the
+ * tile holds an odd number of tokens, so a row's bits follow the tile it landed in. */
+void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on);
 /* The copy ring of the wgmma kernel's split launches of up to 64 rows (decode): 3 stages, two
  * CTAs per SM (the default), or 6 stages, one CTA per SM; other values only ask. Returns the
  * previous setting. Same bits either way (the ring changes when copies are issued, not what a

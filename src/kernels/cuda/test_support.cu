@@ -90,6 +90,13 @@ extern "C" int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on)
     if (on >= 0) ctx->attn_mma = on != 0;
     return was;
 }
+extern "C" int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode)
+{
+    int was = ctx->attn_prefill;
+    if (mode >= 0 && mode <= 3) ctx->attn_prefill = mode;
+    return was;
+}
+extern "C" void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on) { ctx->testing_fold_by_rows = on; }
 extern "C" int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages)
 {
     int was = ctx->attn_decode_ring ? ctx->attn_decode_ring : 3;
