@@ -120,7 +120,27 @@ static __device__ __forceinline__ float fold_val(float x, float xc, float a, flo
     return __fadd_rn(__fmul_rn(x, a), __fmul_rn(xc, b));
 }
 
+/* One fold step of a running value; fold_ctl (a negative control, never in real use) fuses it. */
+static __device__ __forceinline__ float fold_pick(float x, float xc, float a, float b, bool fold_ctl)
+{
+    return fold_ctl ? __fmaf_rn(x, a, __fmul_rn(xc, b)) : fold_val(x, xc, a, b);
+}
+
 /* ---- warp-level tensor-core and copy primitives ---- */
+/* A shared-memory descriptor as two words, so that a descriptor at a byte offset inside the
+ * same tile is one 32-bit add: the start-address field (bits 0-13, address / 16) never carries,
+ * as shared addresses stay below 2^18. */
+struct sdesc {
+    uint32_t lo, hi;
+};
+static __device__ __forceinline__ sdesc sdesc_of(uint64_t d)
+{
+    return sdesc{(uint32_t)d, (uint32_t)(d >> 32)};
+}
+static __device__ __forceinline__ uint64_t sdesc_at(sdesc d, uint32_t off)
+{
+    return ((uint64_t)d.hi << 32) | (uint64_t)(d.lo + (off >> 4));
+}
 static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -355,10 +375,22 @@ typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, c
                                int, float, const int32_t *);
 typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
 
+template <int NWG, int ST, bool RUN> static attn_kernel_fn wg_pick(int hd, bool pv128)
+{
+    return hd == 128 ? (pv128 ? wg_attn_kernel_hd128<NWG, ST, RUN, true> : wg_attn_kernel_hd128<NWG, ST, RUN, false>)
+                     : wg_attn_kernel_hd64<NWG, ST, RUN, false>;
+}
+
 typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                              const invar_cuda_attn_item *, int, const uint16_t *, const uint16_t *,
                              const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
                              float *, int, int, int, float, const int32_t *, int);
+
+template <bool PP, bool OV> static ws_kernel_fn ws_pick(int hd, bool pv128)
+{
+    return hd == 128 ? (pv128 ? ws_attn_kernel_hd128<WS_STAGES, PP, OV, true> : ws_attn_kernel_hd128<WS_STAGES, PP, OV, false>)
+                     : ws_attn_kernel_hd64<WS_STAGES, PP, OV, false>;
+}
 
 /* A 2-D view of one layer's cache for TMA: rows of head_dim bf16 ([page][kv head][16] rows),
  * boxes of 16 rows x 64 elements (one page of one KV head, one 128-byte swizzle atom wide). */
@@ -378,8 +410,9 @@ static int cache_map(invar_cuda_ctx *ctx, CUtensorMap *m, const uint16_t *cache,
 }
 
 /* Items of more than 64 rows on the warp-specialised kernel: a TMA producer warp feeding two
- * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores; 1: free-running;
- * 3: turns, and a persistent grid of one CTA per SM striding over the items). */
+ * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores, each softmax
+ * under its own previous P V; 1: neither; 4: turns only; 3: as 0 on a persistent grid of one
+ * CTA per SM striding over the items). */
 static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const uint16_t *q,
                      const uint16_t *k_cache, const uint16_t *v_cache, uint16_t *out, float scale)
 {
@@ -388,9 +421,10 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
     if (rows > INT32_MAX) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: cache too large for TMA rows");
     CUtensorMap tmk, tmv;
     if (cache_map(ctx, &tmk, k_cache, rows, hd) || cache_map(ctx, &tmv, v_cache, rows, hd)) return INVAR_CUDA_ECUDA;
-    const int pp = ctx->attn_prefill != 1;
-    ws_kernel_fn kern = hd == 128 ? (pp ? ws_attn_kernel_hd128<WS_STAGES, true> : ws_attn_kernel_hd128<WS_STAGES, false>)
-                                  : (pp ? ws_attn_kernel_hd64<WS_STAGES, true> : ws_attn_kernel_hd64<WS_STAGES, false>);
+    const int m = ctx->attn_prefill;
+    const bool pv = hd == 128 && ctx->attn_pv128;
+    ws_kernel_fn kern = m == 1 ? ws_pick<false, false>(hd, pv) : m == 4 ? ws_pick<true, false>(hd, pv)
+                                                                     : ws_pick<true, true>(hd, pv);
     const size_t smem = WS_SMEM(WS_STAGES, hd);
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
@@ -449,22 +483,22 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
         /* Items of up to 64 rows (decode, short chunks) run on one warpgroup, 2 CTAs per SM
          * (split launches: a deeper ring in place of the running outputs); wider ones on 2
          * warpgroups sharing each K/V tile. Same bits. */
+        const bool pv = hd == 128 && ctx->attn_pv128;
         if (a->rows_max > WG_ROWS) {
-            kern = hd == 128 ? wg_attn_kernel_hd128<2, 3, true> : wg_attn_kernel_hd64<2, 3, true>;
+            kern = wg_pick<2, 3, true>(hd, pv);
             smem = WG_SMEM(2, 3, 1, hd);
             threads = 256;
         } else if (a->split && ctx->attn_decode_ring == WG_DEEP_STAGES) {
             /* One CTA per SM with a deep ring: five blocks in flight per SM, not four. */
-            kern = hd == 128 ? wg_attn_kernel_hd128<1, WG_DEEP_STAGES, false>
-                             : wg_attn_kernel_hd64<1, WG_DEEP_STAGES, false>;
+            kern = wg_pick<1, WG_DEEP_STAGES, false>(hd, pv);
             smem = WG_SMEM(1, WG_DEEP_STAGES, 0, hd);
             threads = 128;
         } else if (a->split) {
-            kern = hd == 128 ? wg_attn_kernel_hd128<1, 3, false> : wg_attn_kernel_hd64<1, 3, false>;
+            kern = wg_pick<1, 3, false>(hd, pv);
             smem = WG_SMEM(1, 3, 0, hd);
             threads = 128;
         } else {
-            kern = hd == 128 ? wg_attn_kernel_hd128<1, 2, true> : wg_attn_kernel_hd64<1, 2, true>;
+            kern = wg_pick<1, 2, true>(hd, pv);
             smem = WG_SMEM(1, 2, 1, hd);
             threads = 128;
         }

@@ -158,50 +158,54 @@ static __device__ __forceinline__ void AT(wg_fresh)(AT(wg_state) &st)
 /* S = Q K^T: 64 rows x KB keys, head dims in k16 steps in order (issue only). */
 static __device__ __forceinline__ void AT(wg_issue_s)(float *s, uint32_t qa, uint32_t kbuf)
 {
+    const sdesc dq = sdesc_of(smem_desc_sw128(qa)), dk = sdesc_of(smem_desc_sw128(kbuf));
 #pragma unroll
     for (int hh = 0; hh < HD / 64; hh++)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n64k16_ss(s, smem_desc_sw128(qa + hh * 8192 + 32 * kk),
-                               smem_desc_sw128(kbuf + hh * 8192 + 32 * kk), hh + kk > 0);
+            wgmma_m64n64k16_ss(s, sdesc_at(dq, hh * 8192 + 32 * kk), sdesc_at(dk, hh * 8192 + 32 * kk), hh + kk > 0);
 }
 
-/* O += P V: keys in k16 steps in order; each 64-dim half of O is one accumulator (issue only). */
+/* O += P V: keys in k16 steps in order (issue only). PV128 (head_dim 128): one m64n128k16 per
+ * k16 step over all of O (the accumulator fragment of m64n128 is that of the two m64n64
+ * halves side by side); else one m64n64k16 per 64-dim half. */
+template <bool PV128>
 static __device__ __forceinline__ void AT(wg_issue_pv)(float *o, uint32_t (*pa)[4], uint32_t vbuf)
 {
+    const sdesc dv = sdesc_of(PV128 && HD == 128 ? smem_desc_sw128_mn2(vbuf) : smem_desc_sw128_mn(vbuf));
 #pragma unroll
-    for (int j = 0; j < KB / 16; j++)
+    for (int j = 0; j < KB / 16; j++) {
+        if constexpr (PV128 && HD == 128) {
+            wgmma_m64n128k16_rs_bt(o, pa[j], sdesc_at(dv, j * 2048), 1);
+        } else {
 #pragma unroll
-        for (int hh = 0; hh < HD / 64; hh++)
-            wgmma_m64n64k16_rs_bt(o + 32 * hh, pa[j], smem_desc_sw128_mn(vbuf + hh * 8192 + j * 2048), 1);
+            for (int hh = 0; hh < HD / 64; hh++)
+                wgmma_m64n64k16_rs_bt(o + 32 * hh, pa[j], sdesc_at(dv, hh * 8192 + j * 2048), 1);
+        }
+    }
 }
 
-/* Mask, scale and online softmax of the block at kbase for the thread's rows: s (the S
- * accumulator) becomes P, packed into pa as the A operand of P V; o is rescaled. A warp
- * without real rows (decode: 4 of 64 rows are real) skips it and gives P = 0: wgmma rows are
+/* Mask, scale and online softmax of the block at kbase for the thread's rows: from s (the S
+ * accumulator, only read: to the compiler it may still be a wgmma operand) the weights vv[h]
+ * (the thread's KB / 4 columns of row g + 8h, in column order) and the factors alpha that O
+ * must be rescaled by (wg_rescale, once O holds the previous blocks' P V). A warp without real
+ * rows (decode: 4 of 64 rows are real) skips it and gives P = 0, alpha = 1: wgmma rows are
  * independent, so no real row sees the difference; its own rows are never written.
  * Warp-uniform (the shuffles below). */
-static __device__ __forceinline__ void AT(wg_softmax)(float *s, AT(wg_state) &st, const AT(wg_rows) &rw, int kbase,
-                                                      float sl2, int tig, uint32_t (*pa)[4])
+template <bool MASK>
+static __device__ __forceinline__ void AT(wg_softmax_rows)(const float *s, AT(wg_state) &st, const AT(wg_rows) &rw,
+                                                           int kbase, float sl2, int tig, float (*vv)[KB / 4],
+                                                           float *alpha)
 {
-    if (!rw.wreal) {
-#pragma unroll
-        for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
-        return;
-    }
-    /* Rows g (h = 0) and g + 8 (h = 1). Keys past a row's position exist only in the
-     * warpgroup's diagonal blocks. */
-    const bool diag = kbase + KB - 1 > rw.wfirst;
-    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        float v[KB / 4]; /* the thread's KB / 4 scores of the row, in column order */
+        float *v = vv[h];
 #pragma unroll
         for (int n = 0; n < KB / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int key = kbase + 8 * n + 2 * tig + e;
-                v[2 * n + e] = !diag || key <= rw.tpos[h] ? s[4 * n + 2 * h + e] : -INFINITY;
+                const int key = kbase + 8 * n + 2 * tig + e;
+                v[2 * n + e] = !MASK || key <= rw.tpos[h] ? s[4 * n + 2 * h + e] : -INFINITY;
             }
         float mx = tree_reduce<KB / 4, op_max>(v);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -213,55 +217,90 @@ static __device__ __forceinline__ void AT(wg_softmax)(float *s, AT(wg_state) &st
         st.mc[h] = mnew;
 #pragma unroll
         for (int i = 0; i < KB / 4; i++) v[i] = ex2(__fmaf_rn(v[i], sl2, -muse));
-#pragma unroll
-        for (int n = 0; n < KB / 8; n++) {
-            s[4 * n + 2 * h] = v[2 * n];
-            s[4 * n + 2 * h + 1] = v[2 * n + 1];
-        }
         float rs = tree_reduce<KB / 4, op_add>(v);
         rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1));
         rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
         st.lc[h] = __fadd_rn(__fmul_rn(st.lc[h], alpha[h]), rs);
     }
-    /* o * 1 is o: the rescale is skipped when no row of the warp needs it. */
+}
+
+static __device__ __forceinline__ void AT(wg_softmax_w)(const float *s, AT(wg_state) &st, const AT(wg_rows) &rw,
+                                                        int kbase, float sl2, int tig, float (*vv)[KB / 4],
+                                                        float *alpha)
+{
+    alpha[0] = alpha[1] = 1.0f;
+    if (!rw.wreal) {
+#pragma unroll
+        for (int i = 0; i < KB / 4; i++) vv[0][i] = vv[1][i] = 0.0f;
+        return;
+    }
+    /* Keys past a row's position exist only in the warpgroup's diagonal blocks: the mask is
+     * compiled into those alone (a key below every row's position keeps its score either way). */
+    if (kbase + KB - 1 > rw.wfirst)
+        AT(wg_softmax_rows)<true>(s, st, rw, kbase, sl2, tig, vv, alpha);
+    else
+        AT(wg_softmax_rows)<false>(s, st, rw, kbase, sl2, tig, vv, alpha);
+}
+
+/* P (the weights, bf16) as the A operand of P V: k16 slice j is columns 16j .. 16j+15 of S
+ * (fragment element 4n + 2h + e of S is vv[h][2n + e]). */
+static __device__ __forceinline__ void AT(wg_pack_p)(float (*vv)[KB / 4], uint32_t (*pa)[4])
+{
+#pragma unroll
+    for (int j = 0; j < KB / 16; j++) {
+        pa[j][0] = pack_bf16x2(vv[0][4 * j], vv[0][4 * j + 1]);
+        pa[j][1] = pack_bf16x2(vv[1][4 * j], vv[1][4 * j + 1]);
+        pa[j][2] = pack_bf16x2(vv[0][4 * j + 2], vv[0][4 * j + 3]);
+        pa[j][3] = pack_bf16x2(vv[1][4 * j + 2], vv[1][4 * j + 3]);
+    }
+}
+
+/* O of the thread's rows times alpha; o * 1 is o, so it is skipped when no row of the warp
+ * needs it. Warp-uniform. */
+static __device__ __forceinline__ void AT(wg_rescale)(float *o, const float *alpha)
+{
     if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
-            st.o[4 * n] = __fmul_rn(st.o[4 * n], alpha[0]);
-            st.o[4 * n + 1] = __fmul_rn(st.o[4 * n + 1], alpha[0]);
-            st.o[4 * n + 2] = __fmul_rn(st.o[4 * n + 2], alpha[1]);
-            st.o[4 * n + 3] = __fmul_rn(st.o[4 * n + 3], alpha[1]);
+            o[4 * n] = __fmul_rn(o[4 * n], alpha[0]);
+            o[4 * n + 1] = __fmul_rn(o[4 * n + 1], alpha[0]);
+            o[4 * n + 2] = __fmul_rn(o[4 * n + 2], alpha[1]);
+            o[4 * n + 3] = __fmul_rn(o[4 * n + 3], alpha[1]);
         }
     }
-    /* P as the A operand: k16 slice j is columns 16j .. 16j+15 of S. */
-#pragma unroll
-    for (int j = 0; j < KB / 16; j++) {
-        pa[j][0] = pack_bf16x2(s[8 * j], s[8 * j + 1]);
-        pa[j][1] = pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-        pa[j][2] = pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-        pa[j][3] = pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
-    }
+}
+
+/* All three, for a block whose previous blocks' P V has completed. */
+static __device__ __forceinline__ void AT(wg_softmax)(const float *s, AT(wg_state) &st, const AT(wg_rows) &rw, int kbase,
+                                                      float sl2, int tig, uint32_t (*pa)[4])
+{
+    float vv[2][KB / 4], alpha[2];
+    AT(wg_softmax_w)(s, st, rw, kbase, sl2, tig, vv, alpha);
+    AT(wg_rescale)(st.o, alpha);
+    AT(wg_pack_p)(vv, pa);
 }
 
 /* The split that block kb ends: its (m, l, o) out (split items, or RUN = false), or folded
  * into the running state (whole items); then a fresh state for the next split. orun: this
- * thread's running outputs, element i at orun[i * NT] (a warp's accesses are one row of
- * banks). fold_ctl != 0 (a negative control, never in real use): items of an odd number of
- * tokens fold with a fused multiply-add, so a row's bits follow the tile it landed in. */
-#define ORUN(i) orun[(i) * NT]
+ * thread's running outputs, elements 4n .. 4n+3 (rows g: 4n, 4n+1; g + 8: 4n+2, 4n+3) at
+ * orun[n * NT] (a warp's 16-byte accesses are consecutive). fold_ctl != 0 (a negative control,
+ * never in real use): items of an odd number of tokens fold with a fused multiply-add, so a
+ * row's bits follow the tile it landed in. */
 template <bool RUN, int NT>
 static __device__ __forceinline__ void AT(wg_split_end)(int kb, const invar_cuda_attn_item &it, AT(wg_state) &st,
-                                                        const AT(wg_rows) &rw, float *orun, float *ws,
+                                                        const AT(wg_rows) &rw, float4 *orun, float *ws,
                                                         const int32_t *tok_pbase, int n_heads, int kh, int G,
                                                         int tig, int fold_ctl)
 {
     const int c = kb / (SPLIT / KB), sbase = c * SPLIT;
+    bool has[2]; /* the row has keys in the split */
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const bool has = rw.wactive && rw.tpos[h] >= sbase; /* the row has keys in the split */
-        if (!RUN || it.chunk >= 0) { /* !RUN: split launches only (a whole item there would
-                                      * write every split's partial: still right) */
-            if (!has) continue;
+    for (int h = 0; h < 2; h++) has[h] = rw.wactive && rw.tpos[h] >= sbase;
+    if (!RUN || it.chunk >= 0) { /* !RUN: split launches only (a whole item there would write
+                                  * every split's partial: still right) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (!has[h]) continue;
             int tok = it.tok0 + rw.row[h] / G, head = kh * G + rw.row[h] % G;
             float *dst = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + head) * (HD + 4);
             if (tig == 0) {
@@ -271,62 +310,69 @@ static __device__ __forceinline__ void AT(wg_split_end)(int kb, const invar_cuda
 #pragma unroll
             for (int n = 0; n < HD / 8; n++)
                 *(float2 *)(dst + 4 + 8 * n + 2 * tig) = make_float2(st.o[4 * n + 2 * h], st.o[4 * n + 2 * h + 1]);
-        } else if (c == 0) {
+        }
+    } else if (c == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
             st.mrun[h] = st.mc[h];
             st.lrun[h] = st.lc[h];
+        }
 #pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                ORUN(4 * n + 2 * h) = st.o[4 * n + 2 * h];
-                ORUN(4 * n + 2 * h + 1) = st.o[4 * n + 2 * h + 1];
-            }
-        } else if (has) {
-            float mn, a, b;
-            fold_scales(st.mrun[h], st.mc[h], &mn, &a, &b);
+        for (int n = 0; n < HD / 8; n++)
+            orun[n * NT] = make_float4(st.o[4 * n], st.o[4 * n + 1], st.o[4 * n + 2], st.o[4 * n + 3]);
+    } else if (has[0] || has[1]) {
+        const bool ctl = fold_ctl && (it.ntok & 1);
+        float a[2] = {1.0f, 1.0f}, b[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (!has[h]) continue;
+            float mn;
+            fold_scales(st.mrun[h], st.mc[h], &mn, &a[h], &b[h]);
             st.mrun[h] = mn;
-            if (fold_ctl && (it.ntok & 1)) {
-                st.lrun[h] = __fmaf_rn(st.lrun[h], a, __fmul_rn(st.lc[h], b));
+            st.lrun[h] = fold_pick(st.lrun[h], st.lc[h], a[h], b[h], ctl);
+        }
 #pragma unroll
-                for (int n = 0; n < HD / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int i = 4 * n + 2 * h + e;
-                        ORUN(i) = __fmaf_rn(ORUN(i), a, __fmul_rn(st.o[i], b));
-                    }
-            } else {
-                st.lrun[h] = fold_val(st.lrun[h], st.lc[h], a, b);
-#pragma unroll
-                for (int n = 0; n < HD / 8; n++) {
-                    ORUN(4 * n + 2 * h) = fold_val(ORUN(4 * n + 2 * h), st.o[4 * n + 2 * h], a, b);
-                    ORUN(4 * n + 2 * h + 1) = fold_val(ORUN(4 * n + 2 * h + 1), st.o[4 * n + 2 * h + 1], a, b);
-                }
+        for (int n = 0; n < HD / 8; n++) {
+            float4 r = orun[n * NT];
+            if (has[0]) {
+                r.x = fold_pick(r.x, st.o[4 * n], a[0], b[0], ctl);
+                r.y = fold_pick(r.y, st.o[4 * n + 1], a[0], b[0], ctl);
             }
+            if (has[1]) {
+                r.z = fold_pick(r.z, st.o[4 * n + 2], a[1], b[1], ctl);
+                r.w = fold_pick(r.w, st.o[4 * n + 3], a[1], b[1], ctl);
+            }
+            orun[n * NT] = r;
         }
     }
-    AT(wg_fresh)(st); /* after both rows: the continue above skips */
+    AT(wg_fresh)(st);
 }
 
 /* Whole items: the folded output, normalised, as bf16. */
 template <int NT>
 static __device__ __forceinline__ void AT(wg_write_out)(const invar_cuda_attn_item &it, const AT(wg_state) &st,
-                                                        const AT(wg_rows) &rw, const float *orun, uint16_t *out,
+                                                        const AT(wg_rows) &rw, const float4 *orun, uint16_t *out,
                                                         int n_heads, int kh, int G, int tig)
 {
+    __nv_bfloat162 *dst[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        if (rw.tpos[h] < 0) continue;
         int tok = it.tok0 + rw.row[h] / G, head = kh * G + rw.row[h] % G;
-        __nv_bfloat162 *dst = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + head) * HD + 2 * tig);
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-            dst[4 * n] = __floats2bfloat162_rn(__fdiv_rn(ORUN(4 * n + 2 * h), st.lrun[h]),
-                                               __fdiv_rn(ORUN(4 * n + 2 * h + 1), st.lrun[h]));
+        dst[h] = (__nv_bfloat162 *)(out + ((size_t)tok * n_heads + head) * HD + 2 * tig);
     }
-#undef ORUN
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+        const float4 r = orun[n * NT];
+        if (rw.tpos[0] >= 0)
+            dst[0][4 * n] = __floats2bfloat162_rn(__fdiv_rn(r.x, st.lrun[0]), __fdiv_rn(r.y, st.lrun[0]));
+        if (rw.tpos[1] >= 0)
+            dst[1][4 * n] = __floats2bfloat162_rn(__fdiv_rn(r.z, st.lrun[1]), __fdiv_rn(r.w, st.lrun[1]));
+    }
 }
 
 /* ---- the cp.async kernel: every thread copies, one __syncthreads per block ---- */
 
-template <int NWG, int ST, bool RUN>
+template <int NWG, int ST, bool RUN, bool PV128>
 static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_item it, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
@@ -340,7 +386,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
     const uint32_t raw = smem_u32(smem_raw), q_s = (raw + 1023u) & ~1023u; /* host adds 1 KB slack */
     const uint32_t k_s = q_s + MR * HD * 2;      /* [ST] K tiles */
     const uint32_t v_s = k_s + ST * KV_TILE;     /* [ST] V tiles */
-    float *orun = (float *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x; /* RUN only */
+    float4 *orun = (float4 *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x; /* RUN only */
     const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wwarp = (tid >> 5) & 3, tig = lane & 3;
     const int G = n_heads / n_kv, R = it.ntok * G;
@@ -391,7 +437,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
             fence_regs<HD / 2>(st.o);
             fence_regs_u<KB / 4>(&pa[0][0]);
             wgmma_fence();
-            AT(wg_issue_pv)(st.o, pa, vbuf);
+            AT(wg_issue_pv)<PV128>(st.o, pa, vbuf);
             wgmma_commit();
             wgmma_wait0();
             fence_regs<HD / 2>(st.o);
@@ -410,7 +456,7 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
  * max_pages} in device memory and the CTAs stride over the items (a replayed CUDA graph).
  * Either way an item is the same instruction sequence, and NWG = 1 or 2 runs the same
  * per-warpgroup code. */
-template <int NWG, int ST, bool RUN>
+template <int NWG, int ST, bool RUN, bool PV128>
 __global__ void __launch_bounds__(128 * NWG, NWG == 1 && ST <= 3 ? 2 : 1)
 AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
@@ -420,14 +466,14 @@ AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_
             const int32_t *__restrict__ counts)
 {
     if (!counts) {
-        AT(wg_item_run)<NWG, ST, RUN>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
+        AT(wg_item_run)<NWG, ST, RUN, PV128>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
                              ws, n_heads, n_kv, max_pages, scale);
         return;
     }
     for (int i = blockIdx.x; i < __ldg(counts); i += gridDim.x) {
-        AT(wg_item_run)<NWG, ST, RUN>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
+        AT(wg_item_run)<NWG, ST, RUN, PV128>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
                              __ldg(counts + 1), scale);
         __syncthreads(); /* the next item reuses the shared memory */
     }
 }
-/* WCH and ORUN stay defined for attention_ws_body.cuh, which undefines them. */
+/* WCH stays defined for attention_ws_body.cuh, which undefines it. */

@@ -19,8 +19,10 @@
  * same order, as issuing it right after the softmax of j. The split that a block ends is
  * written out or folded once that block's P V has completed. PP (ping-pong): the consumer
  * warpgroups take turns (named barriers 1 and 2, warpgroup 0 first), so one warpgroup's
- * softmax runs while the other's products keep the tensor cores busy. */
-template <int ST, bool PP>
+ * softmax runs while the other's products keep the tensor cores busy. OV (overlap): S is
+ * issued before P V, and the softmax starts when S is done, under that P V; O's rescale
+ * waits for it (after a split's last block, the plain order). PV128: see wg_issue_pv. */
+template <int ST, bool PP, bool OV, bool PV128>
 __global__ void __launch_bounds__(384, 1)
 AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
             const invar_cuda_attn_item *__restrict__ items, int n_items, const uint16_t *__restrict__ q,
@@ -36,7 +38,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw), q_s = (raw + 1023u) & ~1023u; /* host adds 1 KB slack */
     const uint32_t k_s = q_s + MR * HD * 2, v_s = k_s + ST * KV_TILE;
-    float *orun = (float *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x;
+    float4 *orun = (float4 *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x;
     const uint32_t full0 = q_s + MR * HD * 2 + 2 * ST * KV_TILE + NT * (HD / 2) * 4, empty0 = full0 + 8 * ST;
     const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
     if (tid == 0) {
@@ -163,23 +165,53 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             fence_regs<HD / 2>(st.o);
             fence_regs_u<KB / 4>(&pa[0][0]);
             wgmma_fence();
-            AT(wg_issue_pv)(st.o, pa, v_s + (kb == kb0 ? s : prev_s) * KV_TILE);
             AT(wg_issue_s)(sacc, qa, k_s + s * KV_TILE);
             wgmma_commit();
+            AT(wg_issue_pv)<PV128>(st.o, pa, v_s + (kb == kb0 ? s : prev_s) * KV_TILE);
+            wgmma_commit();
             if (PP) named_barrier_arrive(turn_other, NT);
-            wgmma_wait0();
-            fence_regs<KB / 2>(sacc);
-            fence_regs<HD / 2>(st.o);
-            if (kb > kb0) {
-                __syncwarp();
-                if (lane == 0) mbar_arrive(empty0 + 8 * prev_s);
-                if (prev_end) AT(wg_split_end)<true, NT>(kb - 1, it, st, rw, orun, ws, tok_pbase, n_heads, kh, G, tig, fold_ctl);
-            }
-            if (rw.wactive && kbase <= rw.wlast) { /* warpgroup-uniform */
-                AT(wg_softmax)(sacc, st, rw, kbase, sl2, tig, pa);
-            } else {
+            const bool act = rw.wactive && kbase <= rw.wlast; /* warpgroup-uniform */
+            if (OV && !(kb > kb0 && prev_end)) {
+                /* S is done once one group is left (groups complete in order): the weights
+                 * of this block are computed while P V of the previous one is still on the
+                 * tensor cores; P is packed (its registers are that P V's operand) and O
+                 * rescaled once that P V is in. */
+                wgmma_wait1();
+                fence_regs<KB / 2>(sacc);
+                float vv[2][KB / 4], alpha[2] = {1.0f, 1.0f};
+                if (act) {
+                    AT(wg_softmax_w)(sacc, st, rw, kbase, sl2, tig, vv, alpha);
+                } else {
 #pragma unroll
-                for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
+                    for (int i = 0; i < KB / 4; i++) vv[0][i] = vv[1][i] = 0.0f;
+                }
+                wgmma_wait0();
+                fence_regs<HD / 2>(st.o);
+                fence_regs_u<KB / 4>(&pa[0][0]);
+                if (kb > kb0) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(empty0 + 8 * prev_s);
+                }
+                if (act) AT(wg_rescale)(st.o, alpha);
+                AT(wg_pack_p)(vv, pa);
+            } else {
+                /* (The previous block ended a split: its state goes out before this block
+                 * starts the next split's.) */
+                wgmma_wait0();
+                fence_regs<KB / 2>(sacc);
+                fence_regs<HD / 2>(st.o);
+                if (kb > kb0) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(empty0 + 8 * prev_s);
+                    if (prev_end)
+                        AT(wg_split_end)<true, NT>(kb - 1, it, st, rw, orun, ws, tok_pbase, n_heads, kh, G, tig, fold_ctl);
+                }
+                if (act) {
+                    AT(wg_softmax)(sacc, st, rw, kbase, sl2, tig, pa);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
+                }
             }
             prev_s = s;
             prev_end = AT(wg_split_ends)(kb, kb1);
@@ -188,7 +220,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             fence_regs<HD / 2>(st.o);
             fence_regs_u<KB / 4>(&pa[0][0]);
             wgmma_fence();
-            AT(wg_issue_pv)(st.o, pa, v_s + prev_s * KV_TILE);
+            AT(wg_issue_pv)<PV128>(st.o, pa, v_s + prev_s * KV_TILE);
             wgmma_commit();
             wgmma_wait0();
             fence_regs<HD / 2>(st.o);
@@ -203,5 +235,4 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
 #undef ITEM
 }
 
-#undef ORUN
 #undef WCH

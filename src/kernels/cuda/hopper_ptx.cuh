@@ -141,6 +141,20 @@ static __device__ __forceinline__ uint64_t smem_desc_sw128_mn(uint32_t addr)
     return d;
 }
 
+/* The same for an MN-major operand two swizzle atoms wide in N (V of head_dim 128 as the B of
+ * an N = 128 instruction): the leading byte offset steps from the atom of N = 0..63 to that of
+ * 64..127, 8192 bytes on (the tile's second 64-column sub-tile); the stride byte offset over
+ * 8-row groups in K, 1024. */
+static __device__ __forceinline__ uint64_t smem_desc_sw128_mn2(uint32_t addr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)(8192 >> 4) << 16;
+    d |= (uint64_t)(1024 >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
 /* Orders this thread's generic-proxy shared-memory writes (st.shared, completed cp.async)
  * before later async-proxy reads (wgmma operands) once a barrier publishes them. */
 static __device__ __forceinline__ void fence_proxy_async(void)
