@@ -386,10 +386,10 @@ typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_c
                              const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
                              float *, int, int, int, float, const int32_t *, int);
 
-template <bool PP, bool OV> static ws_kernel_fn ws_pick(int hd, bool pv128)
+template <bool PP> static ws_kernel_fn ws_pick(int hd, bool pv128)
 {
-    return hd == 128 ? (pv128 ? ws_attn_kernel_hd128<WS_STAGES, PP, OV, true> : ws_attn_kernel_hd128<WS_STAGES, PP, OV, false>)
-                     : ws_attn_kernel_hd64<WS_STAGES, PP, OV, false>;
+    return hd == 128 ? (pv128 ? ws_attn_kernel_hd128<WS_STAGES, PP, true> : ws_attn_kernel_hd128<WS_STAGES, PP, false>)
+                     : ws_attn_kernel_hd64<WS_STAGES, PP, false>;
 }
 
 /* A 2-D view of one layer's cache for TMA: rows of head_dim bf16 ([page][kv head][16] rows),
@@ -410,9 +410,8 @@ static int cache_map(invar_cuda_ctx *ctx, CUtensorMap *m, const uint16_t *cache,
 }
 
 /* Items of more than 64 rows on the warp-specialised kernel: a TMA producer warp feeding two
- * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores, each softmax
- * under its own previous P V; 1: neither; 4: turns only; 3: as 0 on a persistent grid of one
- * CTA per SM striding over the items). */
+ * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores; 1: without
+ * turns; 3: as 0 on a persistent grid of one CTA per SM striding over the items). */
 static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const uint16_t *q,
                      const uint16_t *k_cache, const uint16_t *v_cache, uint16_t *out, float scale)
 {
@@ -423,8 +422,7 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
     if (cache_map(ctx, &tmk, k_cache, rows, hd) || cache_map(ctx, &tmv, v_cache, rows, hd)) return INVAR_CUDA_ECUDA;
     const int m = ctx->attn_prefill;
     const bool pv = hd == 128 && ctx->attn_pv128;
-    ws_kernel_fn kern = m == 1 ? ws_pick<false, false>(hd, pv) : m == 4 ? ws_pick<true, false>(hd, pv)
-                                                                     : ws_pick<true, true>(hd, pv);
+    ws_kernel_fn kern = m == 1 ? ws_pick<false>(hd, pv) : ws_pick<true>(hd, pv);
     const size_t smem = WS_SMEM(WS_STAGES, hd);
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",

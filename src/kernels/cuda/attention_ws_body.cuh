@@ -19,10 +19,10 @@
  * same order, as issuing it right after the softmax of j. The split that a block ends is
  * written out or folded once that block's P V has completed. PP (ping-pong): the consumer
  * warpgroups take turns (named barriers 1 and 2, warpgroup 0 first), so one warpgroup's
- * softmax runs while the other's products keep the tensor cores busy. OV (overlap): S is
- * issued before P V, and the softmax starts when S is done, under that P V; O's rescale
- * waits for it (after a split's last block, the plain order). PV128: see wg_issue_pv. */
-template <int ST, bool PP, bool OV, bool PV128>
+ * softmax runs while the other's products keep the tensor cores busy. Within a warpgroup, S is
+ * issued before P V, and the softmax starts when S is done, under that P V; O's rescale waits
+ * for it (after a split's last block, the plain order). PV128: see wg_issue_pv. */
+template <int ST, bool PP, bool PV128>
 __global__ void __launch_bounds__(384, 1)
 AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
             const invar_cuda_attn_item *__restrict__ items, int n_items, const uint16_t *__restrict__ q,
@@ -171,7 +171,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             wgmma_commit();
             if (PP) named_barrier_arrive(turn_other, NT);
             const bool act = rw.wactive && kbase <= rw.wlast; /* warpgroup-uniform */
-            if (OV && !(kb > kb0 && prev_end)) {
+            if (!(kb > kb0 && prev_end)) {
                 /* S is done once one group is left (groups complete in order): the weights
                  * of this block are computed while P V of the previous one is still on the
                  * tensor cores; P is packed (its registers are that P V's operand) and O

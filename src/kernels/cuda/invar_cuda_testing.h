@@ -38,10 +38,9 @@ int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
  * the previous setting. Both are invariant; their bits differ from each other's. */
 int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on);
 /* Items of more than 64 rows (prefill tiles): 0 the TMA kernel whose consumer warpgroups take
- * turns on the tensor cores and run each softmax under their previous P V (the default), 1
- * the same without either, 4 with turns only, 2 the cp.async kernel (all threads copy), 3 the
- * TMA kernel on a persistent grid (one CTA per SM striding over the items); other values only
- * ask. Returns the previous setting. Same bits in every mode. */
+ * turns on the tensor cores (the default), 1 the same without turns, 2 the cp.async kernel
+ * (all threads copy), 3 the TMA kernel on a persistent grid (one CTA per SM striding over the
+ * items); other values only ask. Returns the previous setting. Same bits in every mode. */
 int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode);
 /* Negative control: the TMA kernel folds a tile's KV splits with a fused multiply-add when the
  * tile holds an odd number of tokens, so a row's bits follow the tile it landed in. */

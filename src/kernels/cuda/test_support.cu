@@ -93,7 +93,7 @@ extern "C" int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on)
 extern "C" int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode)
 {
     int was = ctx->attn_prefill;
-    if (mode >= 0 && mode <= 4) ctx->attn_prefill = mode;
+    if (mode >= 0 && mode <= 3) ctx->attn_prefill = mode;
     return was;
 }
 extern "C" void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on) { ctx->testing_fold_by_rows = on; }
