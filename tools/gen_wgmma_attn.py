@@ -16,7 +16,8 @@ def outs(N_ACC: int) -> list:
     return ["        " + ", ".join(f'"+f"(d[{i}])' for i in range(j, j + PER_LINE)) for j in range(0, N_ACC, PER_LINE)]
 
 
-def wrapper(name: str, a_regs: bool, n: int = 64) -> list:
+def wrapper(name: str, a_regs: bool, n: int = 64, fresh: bool = False) -> list:
+    """fresh: d = A*B only (scale-d 0): d is written, never read ("=f")."""
     N_ACC = 64 * n // 128  # accumulator registers per thread
     regs = ", ".join(f"%{i}" for i in range(N_ACC))
     if a_regs:
@@ -34,6 +35,10 @@ def wrapper(name: str, a_regs: bool, n: int = 64) -> list:
         sig = "(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d)"
         ins = '        : "l"(desc_a), "l"(desc_b), "r"(scale_d)\n        : "memory");'
     o = outs(N_ACC)
+    if fresh:
+        o = [x.replace('"+f"', '"=f"') for x in o]
+        sig = sig.replace(", int scale_d)", ")")
+        ins = ins.replace(', "r"(scale_d)', ', "r"(0)')
     return [
         f"static __device__ __forceinline__ void {name}{sig}",
         "{",
@@ -66,6 +71,9 @@ def header() -> str:
         "",
         "/* A and B K-major in shared memory (descriptors). */",
         *wrapper("wgmma_m64n64k16_ss", False),
+        "",
+        "/* The same starting a fresh sum: d is only written (no zeroing before it). */",
+        *wrapper("wgmma_m64n64k16_ss_fresh", False, 64, True),
         "",
         "/* A from registers: a[0..3] = bf16 pairs (row r, k 2c..2c+1), (r+8, 2c..), (r, 2c+8..),",
         " * (r+8, 2c+8..) with r = 16w + l/4, c = l%4; B MN-major in shared memory. */",

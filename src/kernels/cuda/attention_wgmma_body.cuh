@@ -155,7 +155,8 @@ static __device__ __forceinline__ void AT(wg_fresh)(AT(wg_state) &st)
     for (int i = 0; i < HD / 2; i++) st.o[i] = 0.0f;
 }
 
-/* S = Q K^T: 64 rows x KB keys, head dims in k16 steps in order (issue only). */
+/* S = Q K^T: 64 rows x KB keys, head dims in k16 steps in order, from a fresh sum (issue only;
+ * s is written, not read). */
 static __device__ __forceinline__ void AT(wg_issue_s)(float *s, uint32_t qa, uint32_t kbuf)
 {
     const sdesc dq = sdesc_of(smem_desc_sw128(qa)), dk = sdesc_of(smem_desc_sw128(kbuf));
@@ -163,7 +164,10 @@ static __device__ __forceinline__ void AT(wg_issue_s)(float *s, uint32_t qa, uin
     for (int hh = 0; hh < HD / 64; hh++)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n64k16_ss(s, sdesc_at(dq, hh * 8192 + 32 * kk), sdesc_at(dk, hh * 8192 + 32 * kk), hh + kk > 0);
+            if (hh + kk == 0)
+                wgmma_m64n64k16_ss_fresh(s, sdesc_at(dq, 0), sdesc_at(dk, 0));
+            else
+                wgmma_m64n64k16_ss(s, sdesc_at(dq, hh * 8192 + 32 * kk), sdesc_at(dk, hh * 8192 + 32 * kk), 1);
 }
 
 /* O += P V: keys in k16 steps in order (issue only). PV128 (head_dim 128): one m64n128k16 per
@@ -388,7 +392,9 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
     const uint32_t v_s = k_s + ST * KV_TILE;     /* [ST] V tiles */
     float4 *orun = (float4 *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x; /* RUN only */
     const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
-    const int wg = tid >> 7, wwarp = (tid >> 5) & 3, tig = lane & 3;
+    /* The warpgroup index through a shuffle: warp-uniform to the compiler too, so that the
+     * descriptors built from it live in uniform registers. */
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0), wwarp = (tid >> 5) & 3, tig = lane & 3;
     const int G = n_heads / n_kv, R = it.ntok * G;
     const int32_t *bt = block_table + (size_t)it.seq * max_pages;
     const float sl2 = __fmul_rn(scale, 1.44269504088896341f); /* scores in log2 units */
@@ -424,9 +430,6 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
         const int kbase = kb * KB;
         if (rw.wactive && kbase <= rw.wlast) {
             float s[KB / 2];
-#pragma unroll
-            for (int i = 0; i < KB / 2; i++) s[i] = 0.0f;
-            fence_regs<KB / 2>(s);
             wgmma_fence();
             AT(wg_issue_s)(s, qa, kbuf);
             wgmma_commit();

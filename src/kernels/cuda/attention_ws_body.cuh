@@ -40,7 +40,9 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
     const uint32_t k_s = q_s + MR * HD * 2, v_s = k_s + ST * KV_TILE;
     float4 *orun = (float4 *)(smem_raw + (q_s - raw) + MR * HD * 2 + 2 * ST * KV_TILE) + threadIdx.x;
     const uint32_t full0 = q_s + MR * HD * 2 + 2 * ST * KV_TILE + NT * (HD / 2) * 4, empty0 = full0 + 8 * ST;
-    const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+    /* The warpgroup index through a shuffle: warp-uniform to the compiler too (descriptors
+     * built from it live in uniform registers). */
+    const int kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             mbar_init(full0 + 8 * s, 1);
@@ -157,11 +159,8 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             const uint32_t s = n % ST, ph = (n / ST) & 1u;
             const int kbase = kb * KB;
             float sacc[KB / 2];
-#pragma unroll
-            for (int i = 0; i < KB / 2; i++) sacc[i] = 0.0f;
             mbar_wait(full0 + 8 * s, ph);
             if (PP) named_barrier(turn_mine, NT);
-            fence_regs<KB / 2>(sacc);
             fence_regs<HD / 2>(st.o);
             fence_regs_u<KB / 4>(&pa[0][0]);
             wgmma_fence();
