@@ -306,10 +306,10 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
     run_batch(all, NSEQ, 1, got);
     compare(got, "full prefill, KV split across CTAs");
     {
-        /* Prefill tiles (> 64 rows) on the other variants of the kernel: the TMA one without
-         * turns, the cp.async one (all threads copy; decode's kernel), the TMA one on a
+        /* Prefill tiles (> 64 rows) on the other variants of the kernel: the TMA one with
+         * consumer turns, the cp.async one (all threads copy; decode's kernel), the TMA one on a
          * persistent grid. Then the TMA kernel's in-CTA fold made to follow the tile. */
-        static const char *names[] = {"", "full prefill, TMA kernel, no turns", "full prefill, cp.async kernel",
+        static const char *names[] = {"", "full prefill, TMA kernel, consumer turns", "full prefill, cp.async kernel",
                                       "full prefill, TMA kernel, persistent grid"};
         for (int mode = 1; mode <= 3; mode++) {
             int pw = invar_cuda_testing_attn_prefill(ctx, mode);

@@ -410,8 +410,9 @@ static int cache_map(invar_cuda_ctx *ctx, CUtensorMap *m, const uint16_t *cache,
 }
 
 /* Items of more than 64 rows on the warp-specialised kernel: a TMA producer warp feeding two
- * consumer warpgroups (ctx->attn_prefill 0: taking turns on the tensor cores; 1: without
- * turns; 3: as 0 on a persistent grid of one CTA per SM striding over the items). */
+ * consumer warpgroups (ctx->attn_prefill 0: free-running, the default, 2-3% faster than 1:
+ * taking turns on the tensor cores, bench_attention 2026-12-02; 3: as 0 on a persistent grid
+ * of one CTA per SM striding over the items). */
 static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const uint16_t *q,
                      const uint16_t *k_cache, const uint16_t *v_cache, uint16_t *out, float scale)
 {
@@ -422,7 +423,7 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
     if (cache_map(ctx, &tmk, k_cache, rows, hd) || cache_map(ctx, &tmv, v_cache, rows, hd)) return INVAR_CUDA_ECUDA;
     const int m = ctx->attn_prefill;
     const bool pv = hd == 128 && ctx->attn_pv128;
-    ws_kernel_fn kern = m == 1 ? ws_pick<false>(hd, pv) : ws_pick<true>(hd, pv);
+    ws_kernel_fn kern = m == 1 ? ws_pick<true>(hd, pv) : ws_pick<false>(hd, pv);
     const size_t smem = WS_SMEM(WS_STAGES, hd);
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",

@@ -17,8 +17,8 @@
  * A consumer turn issues P V of the previous block and S of this one; P V of block j is
  * issued in turn j + 1 (or after the last block): the operations on O are the same, in the
  * same order, as issuing it right after the softmax of j. The split that a block ends is
- * written out or folded once that block's P V has completed. PP (ping-pong): the consumer
- * warpgroups take turns (named barriers 1 and 2, warpgroup 0 first), so one warpgroup's
+ * written out or folded once that block's P V has completed. PP (ping-pong, off by default:
+ * 2-3% slower once each warpgroup overlaps its own softmax): the consumer warpgroups take turns (named barriers 1 and 2, warpgroup 0 first), so one warpgroup's
  * softmax runs while the other's products keep the tensor cores busy. Within a warpgroup, S is
  * issued before P V, and the softmax starts when S is done, under that P V; O's rescale waits
  * for it (after a split's last block, the plain order). PV128: see wg_issue_pv. */

@@ -63,8 +63,8 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
      * 6-stage one-CTA-per-SM ring. */
     const char *ring = getenv("INVAR_CUDA_ATTN_DECODE_RING");
     ctx->attn_decode_ring = ring && strcmp(ring, "6") == 0 ? 6 : 0;
-    /* Speed only (same bits): INVAR_CUDA_ATTN_PREFILL=1 (no turns), 2 (the cp.async kernel)
-     * or 3 (persistent grid) for prefill tiles. */
+    /* Speed only (same bits): INVAR_CUDA_ATTN_PREFILL=1 (consumer turns), 2 (the cp.async
+     * kernel) or 3 (persistent grid) for prefill tiles. */
     const char *pre = getenv("INVAR_CUDA_ATTN_PREFILL");
     ctx->attn_prefill = pre && pre[0] >= '0' && pre[0] <= '3' && !pre[1] ? pre[0] - '0' : 0;
     /* INVAR_CUDA_ATTN_PV=64: P V of head_dim 128 as two m64n64k16 per k16 step (other bits). */

@@ -22,7 +22,7 @@ struct invar_cuda_ctx {
     int testing_norm_by_rows;   /* negative controls (invar_cuda_testing.h), 0 in real use */
     int testing_merge_by_batch;
     int attn_mma;               /* 1: the previous mma.sync attention kernel (INVAR_CUDA_ATTN=mma) */
-    int attn_prefill;           /* items of > 64 rows: 0 TMA kernel with turns, 1 without, 2 cp.async kernel, 3 persistent */
+    int attn_prefill;           /* items of > 64 rows: 0 TMA kernel, 1 with turns, 2 cp.async kernel, 3 persistent */
     int attn_pv128;             /* head_dim 128: P V as one m64n128k16 per k16 step (else two m64n64k16) */
     int testing_fold_by_rows;   /* negative control: the TMA kernel's in-CTA fold follows the tile */
     int attn_decode_ring;       /* 0: the default split decode ring (3 stages, 2 CTAs/SM); 6: 6 stages, 1 CTA/SM */

@@ -37,8 +37,8 @@ int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N, int K,
  * INVAR_CUDA_ATTN=mma in the environment picks the old one at init); -1 only asks. Returns
  * the previous setting. Both are invariant; their bits differ from each other's. */
 int invar_cuda_testing_attn_mma(invar_cuda_ctx *ctx, int on);
-/* Items of more than 64 rows (prefill tiles): 0 the TMA kernel whose consumer warpgroups take
- * turns on the tensor cores (the default), 1 the same without turns, 2 the cp.async kernel
+/* Items of more than 64 rows (prefill tiles): 0 the TMA kernel (the default), 1 the same with
+ * its consumer warpgroups taking turns on the tensor cores, 2 the cp.async kernel
  * (all threads copy), 3 the TMA kernel on a persistent grid (one CTA per SM striding over the
  * items); other values only ask. Returns the previous setting. Same bits in every mode. */
 int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode);
