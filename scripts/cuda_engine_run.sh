@@ -66,7 +66,10 @@ gen() { # name arch type shape [extra]
     [ -f "$GEN/$1.gguf" ] || python3 tools/make_tiny_model.py --tokenizer-from "$TOKENIZER_SRC" --arch "$2" --type "$3" \
         --shape "$4" "${@:5}" --out "$GEN/$1.gguf" >/dev/null || { echo "cannot generate $1"; status=1; }
 }
-GEN_MODELS=${GEN_MODELS:-"llama-hd64-q4_1 qwen2-hd64-q8_0 qwen3-hd64-bf16 llama-hd128-f16 qwen3-hd128-q4_k qwen2-hd128-q6_k"}
+# Mixture of experts and MLA (docs/cuda.md): qwen3moe on the hd64 shape; deepseek2's tiny
+# shape V2-Lite-like (softmax routing, no q_lora, 2 shared experts) and V3-like (sigmoid,
+# groups, correction bias, q_lora, 1 shared expert).
+GEN_MODELS=${GEN_MODELS:-"llama-hd64-q4_1 qwen2-hd64-q8_0 qwen3-hd64-bf16 llama-hd128-f16 qwen3-hd128-q4_k qwen2-hd128-q6_k qwen3moe-hd64-bf16 deepseek2-lite-q8_0 deepseek2-v3-bf16"}
 if want engine || want hf; then
     gen llama-hd64-q4_1 llama Q4_1 gpu-hd64
     gen qwen2-hd64-q8_0 qwen2 Q8_0 gpu-hd64 --separate-output
@@ -74,6 +77,9 @@ if want engine || want hf; then
     gen llama-hd128-f16 llama F16 gpu-hd128 --separate-output
     gen qwen3-hd128-q4_k qwen3 Q4_K gpu-hd128
     gen qwen2-hd128-q6_k qwen2 Q6_K gpu-hd128
+    gen qwen3moe-hd64-bf16 qwen3moe BF16 gpu-hd64
+    gen deepseek2-lite-q8_0 deepseek2 Q8_0 tiny
+    gen deepseek2-v3-bf16 deepseek2 BF16 tiny --gating sigmoid --q-lora 64
 fi
 
 if want engine; then
@@ -84,7 +90,9 @@ fi
 if want hf; then
     models=()
     [ -f "$MODEL" ] && models+=("$MODEL")
-    for g in $GEN_MODELS; do models+=("$GEN/$g.gguf"); done
+    # transformers' classes here are the dense ones: MoE / MLA files are checked against the
+    # CPU engine instead (test_cuda_engine's accuracy check).
+    for g in $GEN_MODELS; do [[ $g == qwen3moe* || $g == deepseek2* ]] || models+=("$GEN/$g.gguf"); done
     step hf-reference env PYTHONUNBUFFERED=1 timeout 400 python3 tests/cuda/engine/hf_reference.py "$BIN/invar" \
         "$OUT/hf_reference.json" "${models[@]}"
 fi
