@@ -9,7 +9,8 @@
 # test_cuda_engine and the test_cuda_* kernel tests (default build-cuda), LIBS an optional
 # folder of shared libraries to put first on the library path (for a machine that lacks
 # libcjson/libxxhash/libmicrohttpd). Python: numpy, torch, transformers and gguf.
-# Usage: scripts/cuda_engine_run.sh [kernels] [sanitize|memcheck|racecheck] [engine] [hf] [hf8b] [cli] | all   (default: all)
+# Usage: scripts/cuda_engine_run.sh [kernels] [sanitize|memcheck|racecheck] [engine] [hf] [hf8b] [cli] [dsv2lite] | all
+# (default: all; dsv2lite, the DeepSeek-V2-Lite-shaped file, only when named)
 # ("cli" also runs `invar serve --device cuda` under concurrent clients: serve_check.py)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64:${CUBLAS_PIP:-
 TOKENIZER_SRC=${TOKENIZER_SRC:-$MODEL}
 have_default() { [ -f "$MODEL" ] || { echo "$MODEL absent: default-model steps skipped"; return 1; }; }
 what=${*:-all}
-want() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+want() { [[ ( " $what " == *" all "* && $1 != dsv2lite ) || " $what " == *" $1 "* ]]; }
 status=0
 step() { # name command...: runs, logs, records failure
     local name=$1
@@ -85,6 +86,23 @@ fi
 if want engine; then
     have_default && step engine-default timeout 500 "$BIN/test_cuda_engine" "$MODEL"
     for g in $GEN_MODELS; do step "engine-$g" timeout 300 "$BIN/test_cuda_engine" "$GEN/$g.gguf" --quick; done
+    moe=()
+    for g in $GEN_MODELS; do [[ $g == qwen3moe* || $g == deepseek2* ]] && moe+=("$GEN/$g.gguf"); done
+    [ ${#moe[@]} -gt 0 ] && step cpu-gpu-logits timeout 300 python3 tests/cuda/engine/cpu_gpu_logits.py "$BIN/invar" \
+        "$OUT/cpu_gpu_logits.json" "${moe[@]}"
+fi
+
+# DeepSeek-V2-Lite's full shape (27 layers, 64 routed experts of 1408, 6 used, 2 shared, MLA
+# kv_lora 512; random Q4_K weights, bf16 on the GPU: 31 GB): the CLI, GPU vs CPU logits, the
+# engine benchmark (bench_engine: prefill and decode tokens/s, invariant vs cuBLAS GEMMs).
+if want dsv2lite; then
+    DS=${DS:-/dev/shm/invar-dsv2lite-q4_k.gguf}
+    [ -f "$DS" ] || python3 tools/make_tiny_model.py --tokenizer-from "$TOKENIZER_SRC" --arch deepseek2 --type Q4_K \
+        --shape deepseek-v2-lite --out "$DS" >/dev/null || { echo "cannot generate $DS"; status=1; }
+    step cli-generate-dsv2lite timeout 300 "$BIN/invar" generate --device cuda --model "$DS" --max-tokens 16 "The sea is"
+    step cpu-gpu-logits-dsv2lite timeout 500 python3 tests/cuda/engine/cpu_gpu_logits.py "$BIN/invar" \
+        "$OUT/cpu_gpu_logits_dsv2lite.json" "$DS"
+    step bench-dsv2lite timeout 500 "$BIN/bench_engine" "$DS" "$OUT/engine_bench_dsv2lite.json"
 fi
 
 if want hf; then
