@@ -199,6 +199,41 @@ int invar_cuda_qkv_prep(invar_cuda_ctx *ctx, const float *qkv, int T, int n_head
                         float eps, const float *rope_cs, const int32_t *pos, int n_rot, int neox,
                         uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache, const int32_t *slot);
 
+/* ---- mixture of experts (moe.cu) ----
+ * out[t] (bf16) = sum over r = 0..k-1, in that order, of w[t k + r] * y[slot[t k + r]] (fp32
+ * fused multiply-adds from 0; y fp32 [*][D], the experts' output rows), then + shared[t]
+ * (fp32 [T][D], or NULL), rounded once. The caller lists each token's experts in the order
+ * the sum must take (the router's rank order). */
+int invar_cuda_moe_combine(invar_cuda_ctx *ctx, const float *y, const int32_t *slot, const float *w, int k,
+                           const float *shared, uint16_t *out, int T, int D);
+
+/* ---- multi-head latent attention, absorbed (mla.cu) ----
+ * The latent cache: per position one row [c_kv (R), k_pe (rope)] bf16 at
+ * cache[(page * INVAR_CUDA_PAGE + offset) * (R + rope)]. R <= 512, R + rope <= 576 and a
+ * multiple of 8. rope_cs as for qkv_prep (n_rot = rope).
+ * latent: from fp32 rows a (stride lda): with q_lora > 0, RMSNorm of a[t][0..q_lora) with
+ * q_a_norm (fp32) to qa_out [T][q_lora] bf16; c_kv = RMSNorm of a[t][kv_off..kv_off+R) with
+ * kv_a_norm (fp32) and k_pe = a[t][kv_off+R..+rope) rotated by pos[t], to cache slot[t]. */
+int invar_cuda_mla_latent(invar_cuda_ctx *ctx, const float *a, int lda, int q_lora, const float *q_a_norm,
+                          uint16_t *qa_out, int kv_off, int R, int rope, const float *kv_a_norm, float eps,
+                          const float *rope_cs, const int32_t *pos, int neox, uint16_t *cache, const int32_t *slot,
+                          int T);
+/* qlat [T][H][R + rope] fp32: per head, sum over n < nope of q[t][h][n] uk[h][n][:] (uk bf16
+ * [H][nope][R]: W_UK, k-major), then q[t][h][nope..] rotated by pos[t]. q fp32, row stride
+ * ldq, heads of nope + rope. nope <= 512. */
+int invar_cuda_mla_query(invar_cuda_ctx *ctx, const float *q, int ldq, const uint16_t *uk, int H, int nope, int R,
+                         int rope, const float *rope_cs, const int32_t *pos, int neox, float *qlat, int T);
+/* olat [T][H][R] fp32: each (token, head) attends causally to positions 0..pos[t] of its
+ * sequence (block table row tok_seq[t] of block_table, stride bt_stride), scores
+ * scale * qlat . [c_kv, k_pe], values c_kv; the keys in splits of `split` (<= 256) positions
+ * from absolute 0 merged in order: INVAR_CUDA_KV_SPLIT, or a negative control's other value. */
+int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
+                             const int32_t *tok_seq, const int32_t *block_table, int bt_stride, float *olat, int T,
+                             int H, int R, int rope, float scale, int split);
+/* out [T][H][vd] bf16 = per head olat[t][h] . uv[h] (uv bf16 [H][R][vd]: W_UV, k-major). */
+int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, const uint16_t *uv, int H, int R, int vd,
+                          uint16_t *out, int T);
+
 #ifdef __cplusplus
 }
 #endif

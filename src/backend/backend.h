@@ -113,5 +113,13 @@ int backend_cpu_set_mla_prefill_plain(backend *b, bool on);
  * parity). -1 for another backend. */
 typedef enum { BACKEND_GEMM_INVARIANT, BACKEND_GEMM_CUBLAS, BACKEND_GEMM_SPLIT_BY_M } backend_gemm_mode;
 int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode);
+/* Tests only, the CUDA backend's MoE and MLA (docs/cuda.md), as the CPU's above: how a
+ * token's experts are combined (MOE_COMBINE_BY_LOAD: the negative control), the per-expert
+ * token counts its forwards have seen (NULL for another backend or a dense model), and the
+ * NEGATIVE CONTROL of MLA attention whose key splits are 16 (1 + T % 4) positions, T the
+ * forward's tokens, instead of INVAR_CUDA_KV_SPLIT. -1 for another backend or model kind. */
+int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode);
+const uint64_t *backend_cuda_moe_counts_seen(backend *b);
+int backend_cuda_set_mla_split_by_batch(backend *b, bool on);
 
 #endif

@@ -50,8 +50,10 @@ static int cuda_error(backend *b, const char *what) {
 }
 
 static void free_bufs(cuda_bufs *d) {
-    void *ps[] = {d->x,      d->xn,     d->q,     d->attn,    d->o,      d->gu,    d->h,     d->hid,
-                  d->qkv,    d->logits, d->tok_in, d->stats, d->srows, d->sparams, d->souts, d->swork};
+    void *ps[] = {d->x,      d->xn,     d->q,      d->attn,  d->o,     d->gu,      d->h,     d->hid,
+                  d->qkv,    d->logits, d->tok_in, d->stats, d->srows, d->sparams, d->souts, d->swork,
+                  d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->route, d->mq,
+                  d->qlat,   d->olat,   d->qa};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
@@ -65,6 +67,8 @@ static void free_host(host_bufs *h) {
     cudaFreeHost(h->sparams);
     cudaFreeHost(h->souts);
     cudaFreeHost(h->row);
+    cudaFreeHost(h->rlog);
+    cudaFreeHost(h->route);
     memset(h, 0, sizeof *h);
 }
 
@@ -88,40 +92,60 @@ static void cuda_destroy(backend *b) {
     step_staging_free(&c->stage);
     cudaFree(c->attn_ws);
     cuda_weights_free(&c->w);
+    moe_state_free(c->moe);
     invar_cuda_free(c->ctx);
     if (c->stream) cudaStreamDestroy(stream_of(c));
     free(c);
 }
 
+/* Decode graphs need a step's launches fixed in advance: MoE routing waits on the host
+ * between them, and MLA's attention has no graph path yet. */
+static bool graphs_possible(const cuda_backend *c) { return !c->moe && !c->mla_R; }
+
+/* Bytes of K and of V per block, all layers (MLA: one latent row per position, no V). */
+static size_t kv_half_bytes(const cuda_backend *c, size_t *v_bytes) {
+    const model_config *cf = &c->base.m->cfg;
+    const size_t per = (size_t)cf->n_layer * KV_BLOCK * sizeof(uint16_t);
+    if (c->mla_R) {
+        *v_bytes = 0;
+        return per * (size_t)(c->mla_R + c->mla_rope);
+    }
+    *v_bytes = per * (size_t)(cf->n_head_kv * cf->head_dim);
+    return *v_bytes;
+}
+
 static size_t cuda_kv_bytes_per_block(const backend *b) {
-    const model_config *c = &b->m->cfg;
-    return (size_t)2 * (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim) * sizeof(uint16_t);
+    size_t v, k = kv_half_bytes((const cuda_backend *)b, &v);
+    return k + v;
 }
 
 static int cuda_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
     cuda_backend *c = cu(b);
     const int64_t n_alloc = n_blocks + 1;
-    size_t half = cuda_kv_bytes_per_block(b) / 2 * (size_t)n_alloc, free_b = 0, total = 0;
-    size_t graphs = b->opts.cuda_graphs ? cuda_graphs_bytes(c) : 0;
+    size_t vb, kb = kv_half_bytes(c, &vb), free_b = 0, total = 0;
+    const size_t k_bytes = kb * (size_t)n_alloc, v_bytes = vb ? vb * (size_t)n_alloc : 16;
+    const bool graphs_on = b->opts.cuda_graphs && graphs_possible(c);
+    size_t graphs = graphs_on ? cuda_graphs_bytes(c) : 0;
     cudaMemGetInfo(&free_b, &total);
-    if (2 * half + graphs + ((size_t)256 << 20) > free_b) {
+    if (k_bytes + v_bytes + graphs + ((size_t)256 << 20) > free_b) {
         snprintf(b->error, sizeof b->error,
                  "cuda: a KV cache of %lld blocks needs %.1f GiB (+%.2f GiB for decode graphs), the device has "
                  "%.1f GiB free",
-                 (long long)n_blocks, 2.0 * (double)half / (1 << 30), (double)graphs / (1 << 30),
+                 (long long)n_blocks, (double)(k_bytes + v_bytes) / (1 << 30), (double)graphs / (1 << 30),
                  (double)free_b / (1 << 30));
         return -1;
     }
     backend_kv *kv = calloc(1, sizeof *kv);
-    if (!kv || cudaMalloc((void **)&kv->k, half) != cudaSuccess || cudaMalloc((void **)&kv->v, half) != cudaSuccess) {
+    if (!kv || cudaMalloc((void **)&kv->k, k_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&kv->v, v_bytes) != cudaSuccess) {
         if (kv) kv_free(kv);
         snprintf(b->error, sizeof b->error, "cuda: cannot allocate %lld KV blocks", (long long)n_blocks);
         return -1;
     }
     /* Zeroed once: a page slot that no token wrote holds 0, never NaN (attention weighs
      * such slots by exactly 0, and 0 * NaN would not be 0). */
-    if (cudaMemsetAsync(kv->k, 0, half, stream_of(c)) != cudaSuccess ||
-        cudaMemsetAsync(kv->v, 0, half, stream_of(c)) != cudaSuccess ||
+    if (cudaMemsetAsync(kv->k, 0, k_bytes, stream_of(c)) != cudaSuccess ||
+        cudaMemsetAsync(kv->v, 0, v_bytes, stream_of(c)) != cudaSuccess ||
         cudaStreamSynchronize(stream_of(c)) != cudaSuccess) {
         kv_free(kv);
         return cuda_error(b, "KV cache clear");
@@ -130,7 +154,10 @@ static int cuda_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
     kv->n_alloc = n_alloc;
     kv->next = c->kvs;
     c->kvs = kv;
-    if (b->opts.cuda_graphs) cuda_graphs_capture(c, kv);
+    if (graphs_on) cuda_graphs_capture(c, kv);
+    else if (b->opts.cuda_graphs)
+        snprintf(b->info, sizeof b->info, "cuda graphs: off (%s); decode steps run eagerly",
+                 c->moe ? "mixture of experts: routing on the host per layer" : "MLA has no graph path");
     *out = kv;
     return 0;
 }
@@ -147,8 +174,8 @@ static void cuda_kv_destroy(backend *b, backend_kv *kv) {
     kv_free(kv);
 }
 
-static int gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
-                invar_cuda_dtype t, int64_t M, int64_t N, int64_t K) {
+int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
+              invar_cuda_dtype t, int64_t M, int64_t N, int64_t K) {
     switch (c->gemm_mode) {
     case BACKEND_GEMM_CUBLAS: return invar_cuda_gemm_cublas(ctx, a, w, out, t, (int)M, (int)N, (int)K);
     case BACKEND_GEMM_SPLIT_BY_M:
@@ -158,6 +185,22 @@ static int gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const u
         return invar_cuda_gemm_experiment_kc(ctx, a, w, out, t, (int)M, (int)N, (int)K, M % 2 ? 1024 : 256);
     default: return invar_cuda_gemm(ctx, a, w, out, t, (int)M, (int)N, (int)K);
     }
+}
+
+int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode) {
+    if (b->ops != &cuda_ops || !cu(b)->moe) return -1;
+    moe_state_set_combine(cu(b)->moe, mode);
+    return 0;
+}
+
+const uint64_t *backend_cuda_moe_counts_seen(backend *b) {
+    return b->ops == &cuda_ops && cu(b)->moe ? moe_counts_seen(cu(b)->moe) : NULL;
+}
+
+int backend_cuda_set_mla_split_by_batch(backend *b, bool on) {
+    if (b->ops != &cuda_ops || !cu(b)->mla_R) return -1;
+    cu(b)->mla_split_by_batch = on;
+    return 0;
 }
 
 int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode) {
@@ -216,20 +259,29 @@ static int layer(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int64_t i
     const model_config *cf = &c->base.m->cfg;
     const cuda_layer *L = &c->w.layers[il];
     const cuda_bufs *d = &c->d;
-    const size_t layer_off = (size_t)il * (size_t)kv->n_alloc * KV_BLOCK * (size_t)c->kvd;
-    uint16_t *kc = kv->k + layer_off, *vc = kv->v + layer_off;
     const uint16_t *next_norm = il + 1 < cf->n_layer ? c->w.layers[il + 1].attn_norm : c->w.out_norm;
-    if (gemm(c, ctx, d->xn, L->wqkv, d->qkv, INVAR_CUDA_F32, T, c->wqkv, c->D)) return -1;
-    if (invar_cuda_qkv_prep(ctx, d->qkv, (int)T, (int)cf->n_head, (int)cf->n_head_kv, (int)cf->head_dim, L->bqkv,
-                            L->q_norm, L->k_norm, cf->rms_eps, c->w.rope_cs, dev->pos, (int)cf->n_rot, cf->rope_neox,
-                            d->q, kc, vc, dev->slot))
-        return -1;
-    if (invar_cuda_attention_launch(ctx, attn, d->q, kc, vc, d->attn, 1.0f / sqrtf((float)cf->head_dim))) return -1;
-    if (gemm(c, ctx, d->attn, L->wo, d->o, INVAR_CUDA_BF16, T, c->D, c->qd)) return -1;
+    if (c->mla_R) {
+        if (cuda_mla_attention(c, ctx, kv, il, T, dev, attn->max_pages)) return -1;
+    } else {
+        const size_t layer_off = (size_t)il * (size_t)kv->n_alloc * KV_BLOCK * (size_t)c->kvd;
+        uint16_t *kc = kv->k + layer_off, *vc = kv->v + layer_off;
+        if (cuda_gemm(c, ctx, d->xn, L->wqkv, d->qkv, INVAR_CUDA_F32, T, c->wqkv, c->D)) return -1;
+        if (invar_cuda_qkv_prep(ctx, d->qkv, (int)T, (int)cf->n_head, (int)cf->n_head_kv, (int)cf->head_dim,
+                                L->bqkv, L->q_norm, L->k_norm, cf->rms_eps, c->w.rope_cs, dev->pos, (int)cf->n_rot,
+                                cf->rope_neox, d->q, kc, vc, dev->slot))
+            return -1;
+        if (invar_cuda_attention_launch(ctx, attn, d->q, kc, vc, d->attn, 1.0f / sqrtf((float)cf->head_dim)))
+            return -1;
+    }
+    if (cuda_gemm(c, ctx, d->attn, L->wo, d->o, INVAR_CUDA_BF16, T, c->D, c->qd)) return -1;
     if (invar_cuda_rmsnorm(ctx, d->o, d->x, L->ffn_norm, d->xn, (int)T, (int)c->D, cf->rms_eps)) return -1;
-    if (gemm(c, ctx, d->xn, L->wgu, d->gu, INVAR_CUDA_BF16, T, 2 * c->F, c->D)) return -1;
-    if (invar_cuda_silu_mul(ctx, d->gu, d->h, (int)T, (int)c->F)) return -1;
-    if (gemm(c, ctx, d->h, L->wdown, d->o, INVAR_CUDA_BF16, T, c->D, c->F)) return -1;
+    if (L->router) {
+        if (cuda_moe_ffn(c, ctx, il, T)) return -1;
+    } else {
+        if (cuda_gemm(c, ctx, d->xn, L->wgu, d->gu, INVAR_CUDA_BF16, T, 2 * c->F, c->D)) return -1;
+        if (invar_cuda_silu_mul(ctx, d->gu, d->h, (int)T, (int)c->F)) return -1;
+        if (cuda_gemm(c, ctx, d->h, L->wdown, d->o, INVAR_CUDA_BF16, T, c->D, c->F)) return -1;
+    }
     if (invar_cuda_rmsnorm(ctx, d->o, d->x, next_norm, d->xn, (int)T, (int)c->D, cf->rms_eps)) return -1;
     return 0;
 }
@@ -247,7 +299,7 @@ int cuda_run(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, const step_ar
         /* The normed rows whose logits are wanted, gathered (the embedding kernel is a row
          * gather), then the output head. */
         if (invar_cuda_embed(ctx, d->xn, dev->logit_rows, d->hid, (int)n_logits, (int)c->D, (int)T) ||
-            gemm(c, ctx, d->hid, c->w.out, d->logits, INVAR_CUDA_F32, n_logits, c->vocab_pad, c->D))
+            cuda_gemm(c, ctx, d->hid, c->w.out, d->logits, INVAR_CUDA_F32, n_logits, c->vocab_pad, c->D))
             return -1;
     }
     return 0;
@@ -260,13 +312,14 @@ static int eager_step(cuda_backend *c, backend_kv *kv, const fwd_batch *batch, i
     const model_config *cf = &b->m->cfg;
     const host_bufs *h = &c->h;
     const int64_t T = batch->n_tokens, L = batch->n_logits;
-    invar_cuda_attn_shape sh;
-    if (invar_cuda_attn_measure(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,
-                                (int)cf->head_dim, mp, invar_cuda_sm_count(c->ctx), &sh)) {
+    invar_cuda_attn_shape sh = {.n_items_tile = 1, .n_items_split = 1};
+    if (!c->mla_R && invar_cuda_attn_measure(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head,
+                                             (int)cf->n_head_kv, (int)cf->head_dim, mp,
+                                             invar_cuda_sm_count(c->ctx), &sh)) {
         snprintf(b->error, sizeof b->error, "cuda: attention cannot take this batch");
         return -1;
     }
-    const int split = sh.auto_split;
+    const int split = c->mla_R ? 0 : sh.auto_split;
     step_caps caps = {(size_t)T, (size_t)L, (size_t)ns, (size_t)(split ? sh.n_items_split : sh.n_items_tile),
                       (size_t)ns * (size_t)mp};
     step_layout lay = step_layout_of(&caps);
@@ -283,8 +336,11 @@ static int eager_step(cuda_backend *c, backend_kv *kv, const fwd_batch *batch, i
         int pages = (h->ctx_len[s] + KV_BLOCK - 1) / KV_BLOCK;
         for (int p = 0; p < mp; p++) hs.btab[(size_t)s * mp + p] = p < pages ? bt[p] : 0;
     }
-    invar_cuda_attn_fill(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,
-                         split ? NULL : hs.items, split ? hs.items : NULL, hs.tok_pos, hs.tok_pbase);
+    for (int s = 0; s < ns; s++)
+        for (int j = 0; j < h->q_len[s]; j++) hs.tok_seq[h->q_start[s] + j] = s;
+    if (!c->mla_R)
+        invar_cuda_attn_fill(ns, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,
+                             split ? NULL : hs.items, split ? hs.items : NULL, hs.tok_pos, hs.tok_pbase);
     if (step_staging_upload(&c->stage, 0, lay.end) || step_staging_uploaded(&c->stage))
         return cuda_error(b, "batch upload");
     invar_cuda_attn_launch at = {
@@ -307,7 +363,12 @@ static int eager_step(cuda_backend *c, backend_kv *kv, const fwd_batch *batch, i
         }
         at.ws = c->attn_ws;
     }
-    if (cuda_run(c, c->ctx, kv, &ds, T, L, &at)) return cuda_fail(b, "forward");
+    c->run_error[0] = 0;
+    if (cuda_run(c, c->ctx, kv, &ds, T, L, &at)) {
+        if (!c->run_error[0]) return cuda_fail(b, "forward");
+        snprintf(b->error, sizeof b->error, "cuda: forward: %s", c->run_error);
+        return -1;
+    }
     return 0;
 }
 
@@ -478,24 +539,34 @@ static const backend_ops cuda_ops = {
     cuda_forward, cuda_sample,  cuda_token_logprobs,     cuda_top_logprobs, cuda_read_logits};
 
 /* Shapes the kernels take: GEMM dimensions multiples of 8, the embedding gather's rows of a
- * multiple of 32, head_dim 64 or 128. */
-static int check_shapes(const model_config *c, char *err, size_t errlen) {
-    if (c->mla.kv_lora)
+ * multiple of 32, head_dim 64 or 128 (MLA: its own kernels' bounds, include/invar_cuda.h). */
+static int check_mla(const model_config *c, char *err, size_t errlen) {
+    const int64_t R = c->mla.kv_lora, rope = c->n_rot, nope = c->mla.qk_nope, ql = c->mla.q_lora;
+    const int64_t nq = ql ? ql : c->n_head * (nope + rope);
+    if (R > 512 || R + rope > 576 || (R + rope) % 8 || R % 8 || nope > 512 || nope <= 0 || rope % 2)
         return snprintf(err, errlen,
-                        "cuda: %s (multi-head latent attention, mixture of experts) runs on the CPU only "
-                        "for now",
-                        c->arch_name),
+                        "cuda: MLA with kv_lora %lld, rope %lld, qk_nope %lld is not supported (kv_lora <= 512 and "
+                        "kv_lora + rope <= 576, multiples of 8; qk_nope <= 512)",
+                        (long long)R, (long long)rope, (long long)nope),
                -1;
-    if (c->n_expert)
-        return snprintf(err, errlen, "cuda: %s (mixture of experts) runs on the CPU only for now", c->arch_name), -1;
+    if ((nq + R + rope) % 8 || (c->n_head * (nope + rope)) % 8 || ql % 8 || (c->n_head * c->mla.v_dim) % 8)
+        return snprintf(err, errlen, "cuda: MLA projection widths must be multiples of 8"), -1;
+    return 0;
+}
+
+static int check_shapes(const model_config *c, char *err, size_t errlen) {
+    if (c->n_expert && (c->n_ff_exp % 8 || c->n_expert_used > MODEL_MAX_EXPERTS_USED))
+        return snprintf(err, errlen, "cuda: the experts' FFN width must be a multiple of 8"), -1;
+    if (c->n_embd % 32 || c->n_ff % 8)
+        return snprintf(err, errlen, "cuda: n_embd must be a multiple of 32 and the FFN width of 8"), -1;
+    if (c->n_embd > 8192) return snprintf(err, errlen, "cuda: n_embd above 8192 is not supported"), -1;
+    if (c->mla.kv_lora) return check_mla(c, err, errlen);
     const int64_t qd = c->n_head * c->head_dim, kvd = c->n_head_kv * c->head_dim;
     if (c->head_dim != 64 && c->head_dim != 128)
         return snprintf(err, errlen, "cuda: head_dim %lld is not supported (64 or 128)", (long long)c->head_dim), -1;
-    if (c->n_embd % 32 || qd % 8 || kvd % 8 || c->n_ff % 8)
-        return snprintf(err, errlen, "cuda: n_embd must be a multiple of 32 and the head and FFN widths of 8"), -1;
+    if (qd % 8 || kvd % 8) return snprintf(err, errlen, "cuda: the head widths must be multiples of 8"), -1;
     if (c->n_head % c->n_head_kv || c->n_head / c->n_head_kv > 64)
         return snprintf(err, errlen, "cuda: n_head / n_head_kv must be a whole number <= 64"), -1;
-    if (c->n_embd > 8192) return snprintf(err, errlen, "cuda: n_embd above 8192 is not supported"), -1;
     return 0;
 }
 
@@ -503,17 +574,30 @@ static int alloc_all(cuda_backend *c) {
     const model_config *cf = &c->base.m->cfg;
     const size_t T = (size_t)c->base.opts.max_tokens, L = (size_t)c->base.opts.max_logits;
     cuda_bufs *d = &c->d;
+    const size_t TK = T * (size_t)c->k_used, H = (size_t)cf->n_head, Dk = (size_t)(c->mla_R + c->mla_rope);
+    const size_t moe = c->moe ? 1 : 0, mla = c->mla_R ? 1 : 0;
     struct { void **p; size_t bytes; } a[] = {
         {(void **)&d->x, 2 * T * (size_t)c->D},       {(void **)&d->xn, 2 * T * (size_t)c->D},
         {(void **)&d->q, 2 * T * (size_t)c->qd},      {(void **)&d->attn, 2 * T * (size_t)c->qd},
-        {(void **)&d->o, 2 * T * (size_t)c->D},       {(void **)&d->gu, 4 * T * (size_t)c->F},
-        {(void **)&d->h, 2 * T * (size_t)c->F},       {(void **)&d->hid, 2 * L * (size_t)c->D},
+        {(void **)&d->o, 2 * T * (size_t)c->D},       {(void **)&d->gu, 4 * T * (size_t)c->F_alloc},
+        {(void **)&d->h, 2 * T * (size_t)c->F_alloc}, {(void **)&d->hid, 2 * L * (size_t)c->D},
+        {(void **)&d->rlog, moe * 4 * T * (size_t)c->E8},
+        {(void **)&d->xg, moe * 2 * TK * (size_t)c->D},
+        {(void **)&d->egu, moe * 4 * TK * (size_t)c->F_exp},
+        {(void **)&d->eh, moe * 2 * TK * (size_t)c->F_exp},
+        {(void **)&d->ey, moe * 4 * TK * (size_t)c->D},
+        {(void **)&d->sy, (c->F_sh ? 4 : 0) * T * (size_t)c->D},
+        {(void **)&d->route, moe * 12 * TK},
+        {(void **)&d->mq, mla * (c->mla_ql ? 4 : 0) * T * H * (size_t)(c->mla_nope + c->mla_rope)},
+        {(void **)&d->qa, mla * 2 * T * (size_t)c->mla_ql},
+        {(void **)&d->qlat, mla * 4 * T * H * Dk},
+        {(void **)&d->olat, mla * 4 * T * H * (size_t)c->mla_R},
         {(void **)&d->qkv, 4 * T * (size_t)c->wqkv}, {(void **)&d->logits, 4 * L * (size_t)c->vocab_pad},
         {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L},
         {(void **)&d->srows, 4 * L},                  {(void **)&d->sparams, sizeof *d->sparams * L},
         {(void **)&d->souts, sizeof *d->souts * L},   {(void **)&d->swork, 4 * L * (size_t)c->vocab_pad}};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
-        if (cudaMalloc(a[i].p, a[i].bytes) != cudaSuccess) {
+        if (cudaMalloc(a[i].p, a[i].bytes ? a[i].bytes : 16) != cudaSuccess) {
             *a[i].p = NULL;
             return -1;
         }
@@ -531,8 +615,10 @@ static int alloc_all(cuda_backend *c) {
     if (cudaMallocHost((void **)&h->srows, 4 * L) != cudaSuccess) h->srows = NULL;
     if (cudaMallocHost((void **)&h->sparams, sizeof *h->sparams * L) != cudaSuccess) h->sparams = NULL;
     if (cudaMallocHost((void **)&h->souts, sizeof *h->souts * L) != cudaSuccess) h->souts = NULL;
+    if (cudaMallocHost((void **)&h->rlog, 4 * T * (size_t)(c->E8 ? c->E8 : 1)) != cudaSuccess) h->rlog = NULL;
+    if (cudaMallocHost((void **)&h->route, 12 * (TK ? TK : 1)) != cudaSuccess) h->route = NULL;
     return h->q_start && h->q_len && h->ctx_len && h->slot && h->work_idx && h->work_p && h->stats && h->tok_in &&
-                   h->row && h->srows && h->sparams && h->souts
+                   h->row && h->srows && h->sparams && h->souts && h->rlog && h->route
                ? 0
                : -1;
 }
@@ -549,6 +635,30 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
     c->kvd = cf->n_head_kv * cf->head_dim;
     c->F = cf->n_ff;
     c->wqkv = c->qd + 2 * c->kvd;
+    c->F_alloc = c->F;
+    if (cf->n_expert) {
+        c->E8 = (cf->n_expert + 7) / 8 * 8;
+        c->F_exp = cf->n_ff_exp;
+        c->F_sh = cf->n_ff_exp * cf->n_expert_shared;
+        c->k_used = cf->n_expert_used;
+        if (c->F_sh > c->F_alloc) c->F_alloc = c->F_sh;
+        if (!(c->moe = moe_state_create_routing(cf, o->max_tokens))) {
+            snprintf(err, errlen, "out of memory");
+            cuda_destroy(&c->base);
+            return -1;
+        }
+    }
+    if (cf->mla.kv_lora) {
+        c->mla_R = cf->mla.kv_lora;
+        c->mla_rope = cf->n_rot;
+        c->mla_nope = cf->mla.qk_nope;
+        c->mla_vd = cf->mla.v_dim;
+        c->mla_ql = cf->mla.q_lora;
+        c->mla_nq = c->mla_ql ? c->mla_ql : cf->n_head * (c->mla_nope + c->mla_rope);
+        c->qd = cf->n_head * c->mla_vd; /* attn_output's input */
+        c->kvd = 0;
+        c->wqkv = c->mla_nq + c->mla_R + c->mla_rope; /* the stacked projection's fp32 row */
+    }
     c->vocab_pad = (cf->n_vocab + 7) / 8 * 8;
     c->gemm_mode = o->cuda_gemm_cublas ? BACKEND_GEMM_CUBLAS : BACKEND_GEMM_INVARIANT;
     if (invar_cuda_init(&c->ctx, o->cuda_device)) {

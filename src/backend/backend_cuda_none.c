@@ -17,4 +17,21 @@ int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode) {
     (void)mode;
     return -1;
 }
+
+int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode) {
+    (void)b;
+    (void)mode;
+    return -1;
+}
+
+const uint64_t *backend_cuda_moe_counts_seen(backend *b) {
+    (void)b;
+    return NULL;
+}
+
+int backend_cuda_set_mla_split_by_batch(backend *b, bool on) {
+    (void)b;
+    (void)on;
+    return -1;
+}
 #endif

@@ -6,6 +6,7 @@
 #include "backend/cuda_step.h"
 #include "backend/cuda_weights.h"
 #include "invar_cuda.h"
+#include "model/moe.h"
 
 typedef struct {
     uint16_t *x, *xn, *q, *attn, *o, *gu, *h, *hid;   /* bf16 activations */
@@ -17,6 +18,16 @@ typedef struct {
     invar_cuda_sample_params *sparams;
     invar_cuda_sample_out *souts;
     float *swork;
+    /* routed layers: router logits [T][E8]; expert rows in expert order: inputs [T k][D],
+     * gate|up [T k][2 F_exp], hidden [T k][F_exp], outputs fp32 [T k][D]; the shared experts'
+     * output fp32 [T][D]; route [3][T k]: gather token, combine slot, combine weight (float) */
+    float *rlog, *ey, *sy;
+    uint16_t *xg, *egu, *eh;
+    int32_t *route;
+    /* MLA: q from wq_b fp32 [T][H qk] (q_lora), q_a normed bf16 [T][q_lora], the absorbed
+     * queries fp32 [T][H][R + rope], the latent outputs fp32 [T][H][R] */
+    float *mq, *qlat, *olat;
+    uint16_t *qa;
 } cuda_bufs;
 
 typedef struct {
@@ -28,6 +39,8 @@ typedef struct {
     float *row;                  /* pinned: one logits row */
     int32_t *work_idx;
     float *work_p;
+    float *rlog;                 /* pinned: router logits [max_tokens][E8] */
+    int32_t *route;              /* pinned: [3][max_tokens k] as cuda_bufs.route */
 } host_bufs;
 
 typedef struct cuda_graphs cuda_graphs;
@@ -44,12 +57,23 @@ typedef struct {
     size_t attn_ws_bytes;
     int64_t vocab_pad;
     int64_t D, qd, kvd, F, wqkv;
+    int64_t F_alloc;             /* gu / h widths: the dense FFN's or the shared experts' */
+    /* Mixture of experts (cuda_moe.c): routing on the host (moe_route) between the router
+     * GEMM and the experts' GEMMs, one device -> host -> device round-trip per routed layer;
+     * decode graphs are off for these models. */
+    moe_state *moe;              /* NULL for a dense model */
+    int64_t E8, F_exp, F_sh, k_used;
+    /* MLA (cuda_mla.c; kv_lora 0: none): the latent cache row is R + rope bf16 */
+    int64_t mla_R, mla_rope, mla_nope, mla_vd, mla_ql, mla_nq;
+    bool mla_split_by_batch;     /* the negative control's batch-dependent key split */
+    char run_error[160];         /* a host-side failure inside cuda_run (else "") */
     backend_gemm_mode gemm_mode;
     struct backend_kv *kvs;      /* every live KV cache (their graphs follow the GEMM mode) */
 } cuda_backend;
 
 struct backend_kv {
-    uint16_t *k, *v;             /* [n_layer][n_alloc][n_head_kv][PAGE][head_dim] */
+    uint16_t *k, *v;             /* [n_layer][n_alloc][n_head_kv][PAGE][head_dim]; MLA: k holds the
+                                    latent rows [n_layer][n_alloc][PAGE][R + rope], v is unused */
     int64_t n_blocks;            /* blocks the engine's pool hands out */
     int64_t n_alloc;             /* n_blocks + 1: the last is the padding rows' scratch page */
     cuda_graphs *graphs;         /* NULL: every step runs eagerly */
@@ -61,6 +85,17 @@ struct backend_kv {
 int cuda_run(cuda_backend *c, invar_cuda_ctx *ctx, struct backend_kv *kv, const step_arrays *dev, int64_t T,
              int64_t n_logits, const invar_cuda_attn_launch *attn);
 int cuda_fail(backend *b, const char *what);
+int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
+              invar_cuda_dtype t, int64_t M, int64_t N, int64_t K);
+
+/* A routed layer's FFN of the T rows of d.xn into d.o (bf16), eager steps only (it waits
+ * for the router's logits). */
+int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T);
+/* A deepseek2 layer's attention of the T rows of d.xn into d.attn [T][H v_dim] (before
+ * attn_output); writes their latent rows into the cache first. bt_stride: block-table row
+ * stride of dev->btab. */
+int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, struct backend_kv *kv, int64_t il, int64_t T,
+                       const step_arrays *dev, int bt_stride);
 
 /* Graphs of a KV cache: device bytes they will need, capture (reported in base.info; on
  * failure the cache just runs eagerly), release. */

@@ -19,6 +19,7 @@ step_layout step_layout_of(const step_caps *k) {
     PLACE(ctx_len, k->seqs * sizeof(int32_t));
     PLACE(tok_pos, k->tokens * sizeof(int32_t));
     PLACE(tok_pbase, k->tokens * sizeof(int32_t));
+    PLACE(tok_seq, k->tokens * sizeof(int32_t));
     PLACE(items, k->items * sizeof(invar_cuda_attn_item));
     PLACE(btab, k->btab * sizeof(int32_t));
 #undef PLACE
@@ -36,6 +37,7 @@ step_arrays step_arrays_at(unsigned char *base, const step_layout *l) {
         .ctx_len = (int32_t *)(base + l->ctx_len),
         .tok_pos = (int32_t *)(base + l->tok_pos),
         .tok_pbase = (int32_t *)(base + l->tok_pbase),
+        .tok_seq = (int32_t *)(base + l->tok_seq),
         .btab = (int32_t *)(base + l->btab),
         .items = (invar_cuda_attn_item *)(base + l->items),
     };

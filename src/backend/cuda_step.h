@@ -12,12 +12,13 @@ typedef struct {            /* capacities, in entries */
 } step_caps;
 
 typedef struct {            /* where each array starts, bytes from the buffer's start */
-    size_t counts, tokens, pos, slot, logit_rows, ctx_len, tok_pos, tok_pbase, items, btab, end;
+    size_t counts, tokens, pos, slot, logit_rows, ctx_len, tok_pos, tok_pbase, tok_seq, items, btab, end;
 } step_layout;
 
 typedef struct {            /* the arrays at one base address (host or device) */
     int32_t *counts;        /* [4]: attention items, block-table stride (graph steps) */
     int32_t *tokens, *pos, *slot, *logit_rows, *ctx_len, *tok_pos, *tok_pbase, *btab;
+    int32_t *tok_seq;       /* [tokens]: each token's sequence (its block-table row; MLA) */
     invar_cuda_attn_item *items;
 } step_arrays;
 

@@ -47,10 +47,10 @@ static int dev_alloc(void **p, size_t bytes, char *err, size_t errlen) {
     return 0;
 }
 
-/* Stacks `nw` matrices of equal k (row counts may differ, padded with zero rows to
- * pad_rows in total when larger) into one device bf16 matrix. */
-static int upload_stack(threadpool *tp, const cpu_weight *const *ws, int nw, int64_t pad_rows, uint16_t **out,
-                        uint16_t *staging, char *err, size_t errlen) {
+/* Stacks `nw` matrices of equal k into `dst` (device), rows one after another, padded with
+ * zero rows to pad_rows in total when larger. */
+static int upload_into(threadpool *tp, const cpu_weight *const *ws, int nw, int64_t pad_rows, uint16_t *dst,
+                       uint16_t *staging, char *err, size_t errlen) {
     int64_t rows = 0, k = ws[0]->k;
     for (int i = 0; i < nw; i++) rows += ws[i]->n;
     if (pad_rows < rows) pad_rows = rows;
@@ -63,12 +63,60 @@ static int upload_stack(threadpool *tp, const cpu_weight *const *ws, int nw, int
         if (j.failed) return snprintf(err, errlen, "out of host memory"), -1;
         at += ws[i]->n;
     }
-    if (dev_alloc((void **)out, bytes, err, errlen)) return -1;
-    if (cudaMemcpy(*out, staging, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (cudaMemcpy(dst, staging, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
         snprintf(err, errlen, "cuda: weight upload failed");
         return -1;
     }
     return 0;
+}
+
+static int64_t stack_rows(const cpu_weight *const *ws, int nw, int64_t pad_rows) {
+    int64_t rows = 0;
+    for (int i = 0; i < nw; i++) rows += ws[i]->n;
+    return pad_rows > rows ? pad_rows : rows;
+}
+
+/* upload_into a new device matrix. */
+static int upload_stack(threadpool *tp, const cpu_weight *const *ws, int nw, int64_t pad_rows, uint16_t **out,
+                        uint16_t *staging, char *err, size_t errlen) {
+    size_t bytes = sizeof(uint16_t) * (size_t)stack_rows(ws, nw, pad_rows) * (size_t)ws[0]->k;
+    if (dev_alloc((void **)out, bytes, err, errlen)) return -1;
+    return upload_into(tp, ws, nw, pad_rows, *out, staging, err, errlen);
+}
+
+/* Every expert's gate and up rows stacked [E][2 F][D], or downs [E][D][F] (gu 0), one
+ * expert at a time through the staging buffer. */
+static int upload_experts(threadpool *tp, const layer_weights *L, int64_t E, int gu, uint16_t **out,
+                          uint16_t *staging, char *err, size_t errlen) {
+    const cpu_weight *w0 = gu ? &L->exp_gate[0] : &L->exp_down[0];
+    const size_t per = (size_t)(gu ? 2 : 1) * (size_t)w0->n * (size_t)w0->k;
+    if (dev_alloc((void **)out, sizeof(uint16_t) * per * (size_t)E, err, errlen)) return -1;
+    for (int64_t e = 0; e < E; e++) {
+        const cpu_weight *two[] = {&L->exp_gate[e], &L->exp_up[e]}, *one[] = {&L->exp_down[e]};
+        if (upload_into(tp, gu ? two : one, gu ? 2 : 1, 0, *out + (size_t)e * per, staging, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* Per head h, w[h] ([n][k]) transposed to [k][n]: out [H][k][n], so that a thread per output
+ * column reads its weights coalesced (the MLA projections' kernels). */
+static int upload_heads_kmajor(const cpu_weight *w, int64_t H, uint16_t **out, uint16_t *staging, char *err,
+                               size_t errlen) {
+    const int64_t n = w[0].n, k = w[0].k;
+    const size_t per = (size_t)n * (size_t)k;
+    float *row = malloc(sizeof(float) * (size_t)k);
+    if (!row) return snprintf(err, errlen, "out of host memory"), -1;
+    int rc = dev_alloc((void **)out, sizeof(uint16_t) * per * (size_t)H, err, errlen);
+    for (int64_t h = 0; rc == 0 && h < H; h++) {
+        for (int64_t r = 0; r < n; r++) {
+            dequant_row(w[h].type, (const uint8_t *)w[h].data + (size_t)r * w[h].row_bytes, row, k);
+            for (int64_t c = 0; c < k; c++) staging[(size_t)c * (size_t)n + (size_t)r] = f32_to_bf16(row[c]);
+        }
+        if (cudaMemcpy(*out + (size_t)h * per, staging, sizeof(uint16_t) * per, cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = (snprintf(err, errlen, "cuda: weight upload failed"), -1);
+    }
+    free(row);
+    return rc;
 }
 
 static int upload_f32(const float *v, size_t n, float **out, char *err, size_t errlen) {
@@ -111,22 +159,84 @@ static int upload_bias(const model *m, const layer_weights *L, float **out, char
     return rc;
 }
 
+static size_t elems(const cpu_weight *w) { return (size_t)w->n * (size_t)w->k; }
+
+static int64_t router_rows(const model_config *c) { return (c->n_expert + 7) / 8 * 8; }
+
+/* Device elements of layer il's matrices, and (*stack) the largest one staging holds. */
+static size_t layer_elems(const model *m, int64_t il, size_t *stack) {
+    const model_config *c = &m->cfg;
+    const layer_weights *L = &m->layers[il];
+    const size_t D = (size_t)c->n_embd;
+    size_t parts[12] = {elems(&L->wq) + elems(&L->wk) + elems(&L->wv), elems(&L->wo),
+                        elems(&L->gate) + elems(&L->up), elems(&L->down)};
+    size_t total = parts[0] + parts[1] + parts[2] + parts[3], more = 0;
+    if (L->exp_gate) {
+        parts[4] = (size_t)router_rows(c) * D;
+        parts[5] = elems(&L->exp_gate[0]) + elems(&L->exp_up[0]);
+        parts[6] = elems(&L->exp_down[0]);
+        parts[7] = elems(&L->sh_gate) + elems(&L->sh_up);
+        parts[8] = elems(&L->sh_down);
+        more += parts[4] + (size_t)c->n_expert * (parts[5] + parts[6]) + parts[7] + parts[8];
+    }
+    if (L->k_b) {
+        parts[9] = (c->mla.q_lora ? elems(&L->wq_a) : 0) + elems(&L->wkv_a); /* wq is in parts[0] */
+        parts[10] = elems(&L->wq_b);
+        parts[11] = elems(&L->k_b[0]) > elems(&L->v_b[0]) ? elems(&L->k_b[0]) : elems(&L->v_b[0]);
+        more += parts[9] + parts[10] + (size_t)c->n_head * (elems(&L->k_b[0]) + elems(&L->v_b[0]));
+        parts[9] += c->mla.q_lora ? 0 : elems(&L->wq);
+    }
+    size_t mx = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) mx = parts[i] > mx ? parts[i] : mx;
+    if (stack) *stack = mx;
+    return total + more;
+}
+
 size_t cuda_weights_bytes(const model *m, int64_t vocab_pad) {
     const model_config *c = &m->cfg;
-    size_t D = (size_t)c->n_embd, qd = (size_t)(c->n_head * c->head_dim), kvd = (size_t)(c->n_head_kv * c->head_dim);
-    size_t per_layer = D * (qd + 2 * kvd) + qd * D + 3 * D * (size_t)c->n_ff;
-    size_t out = (size_t)vocab_pad * D;
-    return 2 * ((size_t)c->n_layer * per_layer + (size_t)c->n_vocab * D + out);
+    size_t D = (size_t)c->n_embd, n = 0;
+    for (int64_t il = 0; il < c->n_layer; il++) n += layer_elems(m, il, NULL);
+    return 2 * (n + (size_t)c->n_vocab * D + (size_t)vocab_pad * D);
 }
 
 static size_t max_stack_bytes(const model *m, int64_t vocab_pad) {
     const model_config *c = &m->cfg;
-    size_t D = (size_t)c->n_embd, qd = (size_t)(c->n_head * c->head_dim), kvd = (size_t)(c->n_head_kv * c->head_dim);
-    size_t cands[] = {D * (qd + 2 * kvd), qd * D, 2 * D * (size_t)c->n_ff, D * (size_t)c->n_ff,
-                      (size_t)vocab_pad * D, (size_t)c->n_vocab * D};
-    size_t mx = 0;
-    for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) mx = cands[i] > mx ? cands[i] : mx;
+    size_t D = (size_t)c->n_embd;
+    size_t mx = (size_t)vocab_pad * D > (size_t)c->n_vocab * D ? (size_t)vocab_pad * D : (size_t)c->n_vocab * D;
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        size_t s;
+        layer_elems(m, il, &s);
+        mx = s > mx ? s : mx;
+    }
     return 2 * mx;
+}
+
+static int upload_moe(threadpool *tp, const model *m, const layer_weights *L, cuda_layer *d, uint16_t *staging,
+                      char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    const cpu_weight *router[] = {&L->router}, *sgu[] = {&L->sh_gate, &L->sh_up}, *sdown[] = {&L->sh_down};
+    if (upload_stack(tp, router, 1, router_rows(c), &d->router, staging, err, errlen) ||
+        upload_experts(tp, L, c->n_expert, 1, &d->exp_gu, staging, err, errlen) ||
+        upload_experts(tp, L, c->n_expert, 0, &d->exp_down, staging, err, errlen))
+        return -1;
+    if (L->sh_gate.data && (upload_stack(tp, sgu, 2, 0, &d->sh_gu, staging, err, errlen) ||
+                            upload_stack(tp, sdown, 1, 0, &d->sh_down, staging, err, errlen)))
+        return -1;
+    return 0;
+}
+
+static int upload_mla(threadpool *tp, const model *m, const layer_weights *L, cuda_layer *d, uint16_t *staging,
+                      char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    const cpu_weight *a[] = {c->mla.q_lora ? &L->wq_a : &L->wq, &L->wkv_a}, *qb[] = {&L->wq_b};
+    if (upload_stack(tp, a, 2, 0, &d->mla_a, staging, err, errlen) ||
+        (c->mla.q_lora && upload_stack(tp, qb, 1, 0, &d->mla_qb, staging, err, errlen)) ||
+        upload_heads_kmajor(L->k_b, c->n_head, &d->mla_uk, staging, err, errlen) ||
+        upload_heads_kmajor(L->v_b, c->n_head, &d->mla_uv, staging, err, errlen) ||
+        (c->mla.q_lora && upload_f32(L->q_a_norm, (size_t)c->mla.q_lora, &d->q_a_norm, err, errlen)) ||
+        upload_f32(L->kv_a_norm, (size_t)c->mla.kv_lora, &d->kv_a_norm, err, errlen))
+        return -1;
+    return 0;
 }
 
 static int upload_layer(threadpool *tp, const model *m, int64_t il, cuda_layer *d, uint16_t *staging, char *err,
@@ -135,10 +245,13 @@ static int upload_layer(threadpool *tp, const model *m, int64_t il, cuda_layer *
     const model_config *c = &m->cfg;
     const cpu_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *gu[] = {&L->gate, &L->up};
     const cpu_weight *wo[] = {&L->wo}, *down[] = {&L->down};
-    if (upload_stack(tp, qkv, 3, 0, &d->wqkv, staging, err, errlen) ||
-        upload_stack(tp, wo, 1, 0, &d->wo, staging, err, errlen) ||
-        upload_stack(tp, gu, 2, 0, &d->wgu, staging, err, errlen) ||
-        upload_stack(tp, down, 1, 0, &d->wdown, staging, err, errlen))
+    if (L->k_b ? upload_mla(tp, m, L, d, staging, err, errlen)
+               : upload_stack(tp, qkv, 3, 0, &d->wqkv, staging, err, errlen))
+        return -1;
+    if (upload_stack(tp, wo, 1, 0, &d->wo, staging, err, errlen)) return -1;
+    if (L->exp_gate ? upload_moe(tp, m, L, d, staging, err, errlen)
+                    : (upload_stack(tp, gu, 2, 0, &d->wgu, staging, err, errlen) ||
+                       upload_stack(tp, down, 1, 0, &d->wdown, staging, err, errlen)))
         return -1;
     if (upload_bf16_vec(L->attn_norm, (size_t)c->n_embd, &d->attn_norm, err, errlen) ||
         upload_bf16_vec(L->ffn_norm, (size_t)c->n_embd, &d->ffn_norm, err, errlen) ||
@@ -180,7 +293,9 @@ void cuda_weights_free(cuda_weights *w) {
     if (w->layers)
         for (int64_t il = 0; il < w->n_layer; il++) {
             cuda_layer *d = &w->layers[il];
-            void *ps[] = {d->wqkv, d->wo, d->wgu, d->wdown, d->attn_norm, d->ffn_norm, d->bqkv, d->q_norm, d->k_norm};
+            void *ps[] = {d->wqkv,    d->wo,       d->wgu,    d->wdown,  d->attn_norm, d->ffn_norm, d->bqkv,
+                          d->q_norm,  d->k_norm,   d->router, d->exp_gu, d->exp_down,  d->sh_gu,    d->sh_down,
+                          d->mla_a,   d->mla_qb,   d->mla_uk, d->mla_uv, d->q_a_norm,  d->kv_a_norm};
             for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
         }
     free(w->layers);

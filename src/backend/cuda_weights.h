@@ -14,6 +14,17 @@ typedef struct {
     uint16_t *attn_norm, *ffn_norm;
     float *bqkv;                /* Qwen2 biases in the stacked order, or NULL */
     float *q_norm, *k_norm;     /* Qwen3 QK-norm, or NULL */
+    /* A routed layer (NULL for a dense one; wgu / wdown are then NULL): */
+    uint16_t *router;           /* [n_expert rounded up to 8][n_embd], the extra rows zero */
+    uint16_t *exp_gu;           /* [n_expert][2 n_ff_exp][n_embd]: each expert's gate rows, then its up rows */
+    uint16_t *exp_down;         /* [n_expert][n_embd][n_ff_exp] */
+    uint16_t *sh_gu, *sh_down;  /* deepseek2's shared experts as one FFN ([2 F_sh][n_embd], [n_embd][F_sh]) or NULL */
+    /* MLA (deepseek2; wqkv is then NULL): */
+    uint16_t *mla_a;            /* [Nq + kv_lora + rope][n_embd]: wq (q_lora 0) or wq_a, then wkv_a */
+    uint16_t *mla_qb;           /* [n_head (qk_nope + rope)][q_lora], or NULL */
+    uint16_t *mla_uk;           /* [n_head][qk_nope][kv_lora]: W_UK, k-major */
+    uint16_t *mla_uv;           /* [n_head][kv_lora][v_dim]: W_UV, k-major */
+    float *q_a_norm, *kv_a_norm;
 } cuda_layer;
 
 typedef struct {

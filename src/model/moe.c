@@ -39,7 +39,7 @@ void moe_state_free(moe_state *s) {
     free(s);
 }
 
-moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
+static moe_state *state_create(const model_config *c, int64_t max_tokens, bool rows) {
     moe_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     *s = (moe_state){
@@ -59,10 +59,11 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     s->start = malloc(sizeof(int64_t) * (E + 1));
     s->fill = malloc(sizeof(int64_t) * E);
     s->slot = malloc(sizeof(int64_t) * TK);
-    s->xg = falloc(TK * (size_t)s->D);
-    s->g = falloc(TK * (size_t)s->F);
-    s->u = falloc(TK * (size_t)s->F);
-    s->y = falloc(TK * (size_t)s->D);
+    const size_t TKr = rows ? TK : 1; /* routing only: no expert rows on the host */
+    s->xg = falloc(TKr * (size_t)s->D);
+    s->g = falloc(TKr * (size_t)s->F);
+    s->u = falloc(TKr * (size_t)s->F);
+    s->y = falloc(TKr * (size_t)s->D);
     s->seen = calloc(E, sizeof(uint64_t));
     s->score = malloc(sizeof(float) * 2 * E);
     s->groups = malloc(sizeof(cpu_matmul_group) * 2 * E);
@@ -72,6 +73,11 @@ moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
         return NULL;
     }
     return s;
+}
+
+moe_state *moe_state_create(const model_config *c, int64_t max_tokens) { return state_create(c, max_tokens, true); }
+moe_state *moe_state_create_routing(const model_config *c, int64_t max_tokens) {
+    return state_create(c, max_tokens, false);
 }
 
 void moe_state_set_combine(moe_state *s, moe_combine_mode mode) { s->combine = mode; }
@@ -166,10 +172,10 @@ static void route_token_deepseek(moe_state *s, int64_t t, const float *bias) {
     for (int64_t r = 0; r < k; r++) w[r] = (s->normalise ? w[r] / sum : w[r]) * s->scale;
 }
 
-/* (token, rank) pairs sorted by expert, tokens ascending within an expert; xg gets each
- * pair's input row. */
-static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
-    const int64_t E = s->E, k = s->k, D = s->D;
+/* (token, rank) pairs sorted by expert, tokens ascending within an expert: each pair's
+ * sorted slot, and the experts' counts and first slots. */
+static void group_slots(moe_state *s, int64_t T) {
+    const int64_t E = s->E, k = s->k;
     memset(s->count, 0, sizeof(int64_t) * (size_t)E);
     for (int64_t i = 0; i < T * k; i++) s->count[s->sel[i]]++;
     s->start[0] = 0;
@@ -179,11 +185,31 @@ static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
         int64_t c = s->count[e];
         if (c) s->seen[e] |= 1ull << (c >= 64 ? 63 : c - 1);
     }
-    for (int64_t i = 0; i < T * k; i++) {
-        int64_t p = s->fill[s->sel[i]]++;
-        s->slot[i] = p;
-        memcpy(s->xg + p * D, xn + (i / k) * D, sizeof(float) * (size_t)D);
-    }
+    for (int64_t i = 0; i < T * k; i++) s->slot[i] = s->fill[s->sel[i]]++;
+    s->n_rows = T * k;
+}
+
+/* group_slots, and xg gets each pair's input row. */
+static void group_by_expert(moe_state *s, const float *xn, int64_t T) {
+    const int64_t k = s->k, D = s->D;
+    group_slots(s, T);
+    for (int64_t i = 0; i < T * k; i++) memcpy(s->xg + s->slot[i] * D, xn + (i / k) * D, sizeof(float) * (size_t)D);
+}
+
+static void route_rows(moe_state *s, const layer_weights *L, int64_t T) {
+    for (int64_t t = 0; t < T; t++)
+        if (s->deepseek) route_token_deepseek(s, t, L->exp_probs_b);
+        else route_token(s, t, s->normalise);
+}
+
+void moe_route(moe_state *s, const layer_weights *L, const float *logits, int64_t ld, int64_t T) {
+    for (int64_t t = 0; t < T; t++) memcpy(s->logits + t * s->E, logits + t * ld, sizeof(float) * (size_t)s->E);
+    route_rows(s, L, T);
+    group_slots(s, T);
+}
+
+moe_routing moe_routing_of(const moe_state *s) {
+    return (moe_routing){s->sel, s->wts, s->count, s->start, s->slot};
 }
 
 /* SiLU(gate) * up over the sorted rows, ROWS_PER_TASK rows a task: each row on its own, so
@@ -199,9 +225,7 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
                      void *scratch) {
     const int64_t D = s->D, F = s->F;
     mm(tp, &L->router, xn, T, D, s->logits, s->E, scratch);
-    for (int64_t t = 0; t < T; t++)
-        if (s->deepseek) route_token_deepseek(s, t, L->exp_probs_b);
-        else route_token(s, t, s->normalise);
+    route_rows(s, L, T);
     group_by_expert(s, xn, T);
     /* Every expert's weights serve all of its tokens at once; all experts go to the pool
      * in one run (gate and up of an expert share its quantised rows). */
@@ -223,7 +247,6 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
             for (int i = 0; i < 2; i++) mm(tp, w[i], s->xg + p * D, c, D, y[i], ldy[i], scratch);
     }
     if (grouped) cpu_matmul_grouped(tp, ng, s->groups, scratch);
-    s->n_rows = T * s->k;
     const int64_t n_tasks = (s->n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
     if (s->n_rows < ROWS_PARALLEL_MIN)
         for (int64_t i = 0; i < n_tasks; i++) silu_task(s, i);
@@ -237,10 +260,9 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
     if (grouped) cpu_matmul_grouped(tp, ng, s->groups, scratch);
 }
 
-void moe_combine_row(const moe_state *s, int64_t t, float *out) {
-    const int64_t k = s->k, D = s->D;
+void moe_combine_order(const moe_state *s, int64_t t, int *order) {
+    const int64_t k = s->k;
     const int32_t *sel = s->sel + t * k;
-    int order[MODEL_MAX_EXPERTS_USED];
     for (int r = 0; r < k; r++) order[r] = r;
     if (s->combine == MOE_COMBINE_BY_LOAD) /* the negative control: most loaded expert first */
         for (int r = 1; r < k; r++)
@@ -251,6 +273,12 @@ void moe_combine_row(const moe_state *s, int64_t t, float *out) {
                 order[q - 1] = order[q];
                 order[q] = x;
             }
+}
+
+void moe_combine_row(const moe_state *s, int64_t t, float *out) {
+    const int64_t k = s->k, D = s->D;
+    int order[MODEL_MAX_EXPERTS_USED];
+    moe_combine_order(s, t, order);
     for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
     for (int r = 0; r < k; r++) {
         const float w = s->wts[t * k + order[r]], *y = s->y + s->slot[t * k + order[r]] * D;

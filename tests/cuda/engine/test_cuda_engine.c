@@ -13,12 +13,18 @@
  *   control   every check again with the GEMM's K chunk following M (SPLIT_BY_M): each
  *             must find mismatches; cuBLAS mode is reported too
  *   accuracy  GPU logits against the CPU engine's on the same file (relative error, top-1)
+ * On a mixture-of-experts model (qwen3moe, deepseek2) the tokens per expert must really
+ * vary between the alone and the batched runs compared, and two more negative controls run
+ * the batch and chunk checks: experts combined in the order of their load in the batch, and
+ * (deepseek2) MLA attention whose key splits follow the forward's token count. Decode
+ * graphs are off for these models (routing on the host), which the graphs check verifies.
  * Usage: test_cuda_engine MODEL.gguf [--quick]. Exits 77 without a usable GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "engine/engine_testing.h"
 #include "invar.h"
 
@@ -42,6 +48,13 @@ static invar_model *g_model;
 static int g_failures;
 static int quick_graphs;          /* --quick: every third bucket */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ULL;
+/* Modes: the GEMM (backend_gemm_mode) in the low bits, and the MoE / MLA controls. */
+#define MODE_GEMM_MASK 15
+#define MODE_MOE_BY_LOAD 16
+#define MODE_MLA_SPLIT 32
+static int g_moe, g_mla;          /* the model routes experts / has MLA */
+static int64_t g_n_expert;
+static uint64_t *g_seen_alone, *g_seen_batched; /* per expert: token counts seen (moe_counts_seen) */
 
 static uint32_t rnd(uint32_t n) {
     g_rng ^= g_rng << 13;
@@ -78,8 +91,23 @@ static invar_engine *engine(const invar_engine_config *c, int gemm_mode) {
         fprintf(stderr, "engine: %s\n", err);
         exit(strstr(err, "no usable") || strstr(err, "no CUDA") ? 77 : 1);
     }
-    if (gemm_mode && invar_engine_testing_set_cuda_gemm(e, gemm_mode)) exit(1);
+    struct backend *be = invar_engine_testing_backend(e);
+    if ((gemm_mode & MODE_GEMM_MASK) && invar_engine_testing_set_cuda_gemm(e, gemm_mode & MODE_GEMM_MASK)) exit(1);
+    if ((gemm_mode & MODE_MOE_BY_LOAD) && backend_cuda_set_moe_combine(be, MOE_COMBINE_BY_LOAD)) exit(1);
+    if ((gemm_mode & MODE_MLA_SPLIT) && backend_cuda_set_mla_split_by_batch(be, true)) exit(1);
     return e;
+}
+
+/* Before an engine of the real path goes: the per-expert token counts its forwards saw. */
+static void collect_seen(invar_engine *e, int mode, int alone) {
+    if (!g_moe || mode) return;
+    const uint64_t *seen = backend_cuda_moe_counts_seen(invar_engine_testing_backend(e));
+    if (!seen) {
+        printf("experts: no per-expert counts from the CUDA backend FAILED\n");
+        g_failures++;
+        return;
+    }
+    for (int64_t x = 0; x < g_n_expert; x++) (alone ? g_seen_alone : g_seen_batched)[x] |= seen[x];
 }
 
 /* Steps until every request has finished. */
@@ -123,6 +151,7 @@ static void run(const invar_engine_config *c, int gemm_mode, const req *rs, cons
                 (long long)st->kv_blocks_total);
         g_failures++;
     }
+    collect_seen(e, gemm_mode, 0);
     invar_engine_free(e);
 }
 
@@ -131,6 +160,7 @@ static void run_alone(const req *rs, int n, int gemm_mode, out_t *outs) {
     invar_engine_config c = cfg_of(1, 512, 0, false);
     invar_engine *e = engine(&c, gemm_mode);
     for (int i = 0; i < n; i++) run_on(e, rs, &i, 1, outs);
+    collect_seen(e, gemm_mode, 1);
     invar_engine_free(e);
 }
 
@@ -259,7 +289,14 @@ static int batch_trial(const req *tg, int nt, const out_t *ref, const req *fill,
 /* Every check runs twice: on the invariant engine (0 mismatches wanted) and on the same engine
  * with the GEMM's K chunk following M (BACKEND_GEMM_SPLIT_BY_M = 2), against alone runs of
  * that engine: the negative control, which must find mismatches. */
-static const char *mode_tag(int mode) { return mode ? " [control: K chunk follows M]" : ""; }
+static const char *mode_tag(int mode) {
+    switch (mode) {
+    case 0: return "";
+    case MODE_MOE_BY_LOAD: return " [control: experts in load order]";
+    case MODE_MLA_SPLIT: return " [control: MLA split follows T]";
+    default: return " [control: K chunk follows M]";
+    }
+}
 
 static void report_mode(const char *name, int mode, int mismatches, int compared) {
     char buf[160];
@@ -406,6 +443,16 @@ static void check_graphs(const req *tg, int nt, const req *fill, int mode) {
                                   224, 240, 256};
     invar_engine_config on = cfg_of(256, 4096, 0, false), off = on;
     off.cuda_no_graphs = true;
+    if (g_moe || g_mla) { /* no decode graphs for these models: say so, and only that */
+        invar_engine *e = engine(&on, mode);
+        const char *info = invar_engine_device_info(e);
+        int ok = strstr(info, "graphs: off") != NULL;
+        printf("graphs: %s %s\n", info, ok ? "ok" : "FAILED");
+        if (!ok) g_failures++;
+        invar_engine_free(e);
+        (void)tg, (void)nt, (void)fill;
+        return;
+    }
     invar_engine *eg = engine(&on, mode), *ee = engine(&off, mode);
     const char *info = invar_engine_device_info(eg);
     if (mode == 0) printf("%s\n", info);
@@ -493,6 +540,34 @@ static void check_accuracy(const req *tg) {
     if (!ok) g_failures++;
 }
 
+static int popcount64(uint64_t x) {
+    int c = 0;
+    for (; x; x &= x - 1) c++;
+    return c;
+}
+
+/* The MoE comparisons mean something only if an expert's GEMMs saw different numbers of
+ * tokens in the runs compared: every expert must have run with counts its alone runs never
+ * had, with several distinct counts, and some expert with many tokens at once. */
+static void check_expert_counts_varied(void) {
+    int varied = 0, max_count = 0, distinct = 0;
+    for (int64_t x = 0; x < g_n_expert; x++) {
+        varied += (g_seen_batched[x] & ~g_seen_alone[x]) != 0;
+        uint64_t all = g_seen_alone[x] | g_seen_batched[x];
+        if (popcount64(all) > distinct) distinct = popcount64(all);
+        for (int c = 63; c >= 0; c--)
+            if (all >> c & 1) {
+                if (c + 1 > max_count) max_count = c + 1;
+                break;
+            }
+    }
+    int ok = varied == g_n_expert && distinct >= 8 && max_count >= 32;
+    printf("experts: %d/%lld ran with token counts their alone runs never had; up to %d distinct counts per "
+           "expert, largest %d%s %s\n",
+           varied, (long long)g_n_expert, distinct, max_count, max_count == 64 ? "+" : "", ok ? "ok" : "FAILED");
+    if (!ok) g_failures++;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_cuda_engine MODEL.gguf [--quick]\n");
@@ -506,6 +581,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("model %s (%s)\n", argv[1], invar_model_arch(g_model));
+    g_moe = !strcmp(invar_model_arch(g_model), "qwen3moe") || !strcmp(invar_model_arch(g_model), "deepseek2");
+    g_mla = !strcmp(invar_model_arch(g_model), "deepseek2");
+    if (g_moe) {
+        invar_engine_config c = cfg_of(1, 512, 1, false);
+        invar_engine *e = engine(&c, 0);
+        g_n_expert = invar_engine_testing_backend(e)->m->cfg.n_expert;
+        invar_engine_free(e);
+        g_seen_alone = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));
+        g_seen_batched = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));
+    }
     int nt;
     req *tg = make_targets(&nt);
     req *fill = make_fillers(256);
@@ -519,6 +604,15 @@ int main(int argc, char **argv) {
         check_score(tg, nt, ref, mode);
         check_prompt_logprobs(tg, nt, mode);
         check_graphs(tg, nt, fill, mode);
+        if (mode == 0 && g_moe) check_expert_counts_varied();
+    }
+    /* The MoE and MLA negative controls: the batch and chunk checks must find mismatches. */
+    const int controls[] = {g_moe ? MODE_MOE_BY_LOAD : 0, g_mla ? MODE_MLA_SPLIT : 0};
+    for (int i = 0; i < 2; i++) {
+        if (!controls[i]) continue;
+        run_alone(tg, nt, controls[i], ref);
+        check_batches(tg, nt, ref, fill, quick ? 4 : 7, controls[i]);
+        check_chunks(tg, nt, ref, controls[i]);
     }
     check_cublas(tg, nt, fill);
     check_accuracy(tg);

@@ -1,0 +1,43 @@
+/* deepseek2's multi-head latent attention on the GPU, in the CPU's one formulation for every
+ * row (model/mla.h): absorbed queries against the latent cache (kernels/cuda/mla.cu).
+ *   x -> [q | q_a ; c_kv, k_pe]   one invariant GEMM (fp32 out) over the stacked weights
+ *   latent                        c_kv normed, k_pe rope'd, both into the cache row of the
+ *                                 token's position; q_a normed (q_lora > 0)
+ *   q                             q_a -> q (q_lora > 0: the invariant GEMM)
+ *   absorb                        per head q_lat = W_UK^T q_nope, q_pe rope'd after it
+ *   attention                     latent rows 0..pos, splits at fixed absolute positions
+ *   output                        per head W_UV o_lat, heads side by side for attn_output */
+#ifdef INVAR_HAVE_CUDA
+#include "backend/cuda_backend.h"
+
+int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int64_t il, int64_t T,
+                       const step_arrays *dev, int bt_stride) {
+    const model_config *cf = &c->base.m->cfg;
+    const cuda_layer *L = &c->w.layers[il];
+    const cuda_bufs *d = &c->d;
+    const int64_t H = cf->n_head, R = c->mla_R, rope = c->mla_rope, nope = c->mla_nope, ql = c->mla_ql;
+    const int64_t Nq = c->mla_nq, lda = Nq + R + rope, qk = nope + rope, Dk = R + rope;
+    uint16_t *cache = kv->k + (size_t)il * (size_t)kv->n_alloc * INVAR_CUDA_PAGE * (size_t)Dk;
+    if (cuda_gemm(c, ctx, d->xn, L->mla_a, d->qkv, INVAR_CUDA_F32, T, lda, c->D) ||
+        invar_cuda_mla_latent(ctx, d->qkv, (int)lda, (int)ql, L->q_a_norm, d->qa, (int)Nq, (int)R, (int)rope,
+                              L->kv_a_norm, cf->rms_eps, c->w.rope_cs, dev->pos, cf->rope_neox, cache, dev->slot,
+                              (int)T))
+        return -1;
+    const float *q = d->qkv;
+    int64_t ldq = lda;
+    if (ql) {
+        if (cuda_gemm(c, ctx, d->qa, L->mla_qb, d->mq, INVAR_CUDA_F32, T, H * qk, ql)) return -1;
+        q = d->mq;
+        ldq = H * qk;
+    }
+    /* The negative control moves the split boundaries with the forward's token count. */
+    const int split = c->mla_split_by_batch ? INVAR_CUDA_PAGE * (1 + (int)(T % 4)) : INVAR_CUDA_KV_SPLIT;
+    if (invar_cuda_mla_query(ctx, q, (int)ldq, L->mla_uk, (int)H, (int)nope, (int)R, (int)rope, c->w.rope_cs,
+                             dev->pos, cf->rope_neox, d->qlat, (int)T) ||
+        invar_cuda_mla_attention(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab, bt_stride, d->olat, (int)T,
+                                 (int)H, (int)R, (int)rope, cf->attn_scale, split) ||
+        invar_cuda_mla_output(ctx, d->olat, L->mla_uv, (int)H, (int)R, (int)c->mla_vd, d->attn, (int)T))
+        return -1;
+    return 0;
+}
+#endif
