@@ -31,7 +31,7 @@ static const int L_SMALL[NSEQ] = {1, 17, 255, 256, 257, 300, 600};
  * one-token-per-step decode runs once (forced split) instead of three times. */
 static const int L_RACE[NSEQ] = {1, 17, 64, 129, 255, 257, 300};
 static const int L_TINY[NSEQ] = {1, 3, 17, 64, 65, 130, 300};
-static int race_mode, tiny_mode;
+static int race_mode, tiny_mode, short_mode; /* short_mode: any of the short-sequence modes */
 
 static int failures;
 static invar_cuda_ctx *ctx;
@@ -321,7 +321,8 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         for (int s = 0; s < NSEQ; s++) c293[s] = 293;
         invar_cuda_testing_attn_fold_by_rows(ctx, 1);
         run_steps(c293, 1, 0, got);
-        compare_want(got, "chunks of 293 [control: in-CTA fold follows the tile]", tiny_mode ? -1 : 0);
+        /* The short modes' sequences leave few odd tiles past a split: reported only there. */
+        compare_want(got, "chunks of 293 [control: in-CTA fold follows the tile]", short_mode ? -1 : 0);
         invar_cuda_testing_attn_fold_by_rows(ctx, 0);
     }
     {
@@ -359,7 +360,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         compare(got, "steps of <= 8 tokens, runs of 2, 6-stage ring");
         invar_cuda_testing_merge_by_batch(ctx, 1);
         run_steps(small_steps, 0, 1, got);
-        compare_want(got, "the same [control: merge follows batch]", tiny_mode ? -1 : 0);
+        compare_want(got, "the same [control: merge follows batch]", short_mode ? -1 : 0);
         invar_cuda_testing_merge_by_batch(ctx, 0);
         invar_cuda_testing_attn_decode_ring(ctx, rw);
         invar_cuda_testing_attn_split_group(gw);
@@ -479,6 +480,7 @@ int main(void)
     const char *small = getenv("INVAR_CUDA_TEST_SMALL"), *tiny = getenv("INVAR_CUDA_TEST_TINY");
     const char *hd = getenv("INVAR_CUDA_TEST_HD");
     race_mode = small && strcmp(small, "2") == 0;
+    short_mode = small != NULL || tiny != NULL;
     tiny_mode = tiny && strcmp(tiny, "0") != 0;
     memcpy(L, tiny_mode ? L_TINY : small ? (race_mode ? L_RACE : L_SMALL) : L_FULL, sizeof L);
     printf("attention kernel: %s%s\n", invar_cuda_testing_attn_mma(ctx, -1) ? "mma.sync (INVAR_CUDA_ATTN=mma)" : "wgmma",
