@@ -351,7 +351,7 @@ def bench_single(args, invar, name, path, threads_list, exact, results):
                     lla[t]["pp"].append(PP_TOKENS / median([llama[t].prefill(x[1]) for x in longs]))
                 sec, steps = llama[t].decode([exact(SHORT_PROMPT)[1]], args.tokens, args.llama_cap)
                 lla[t]["tg"].append(steps / sec)
-                line += f" | llama.cpp pp {lla[t]['pp'][-1]:.1f} tg {lla[t]['tg'][-1]:.1f}"
+                line += f" | llama.cpp pp {lla[t]['pp'][-1] if longs else 0:.1f} tg {lla[t]['tg'][-1]:.1f}"
             log(line)
     for r in llama.values():
         r.close()

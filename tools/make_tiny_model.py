@@ -188,7 +188,12 @@ SMOLLM2_135M = Shape(n_embd=576, n_layer=30, n_head=9, n_head_kv=3, n_ff=1536,
 # cache, for the CPU decode benchmark (bench/README.md).
 SMOLLM2_1_7B = Shape(n_embd=2048, n_layer=24, n_head=32, n_head_kv=32, n_ff=8192,
                      n_ctx=8192, head_dim=64, rope_base=130000.0, rms_eps=1e-5)
-NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B}
+# Llama-3-8B's shape (its config.json): GQA 4:1 with head_dim 128, FFN 14336, an untied
+# output head over a vocabulary of 128256 (the tokenizer padded with unused control
+# tokens): about 4.9 GB in Q4_K_M, written through a temporary file. Use --separate-output.
+LLAMA3_8B = Shape(n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336,
+                  n_ctx=8192, head_dim=128, rope_base=500000.0, rms_eps=1e-5, n_vocab=128256)
+NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B, "llama3-8b": LLAMA3_8B}
 # DeepSeek-V2-Lite's shape (its config.json): 27 layers, the first dense, 64 routed experts
 # of 1408 (6 used, softmax, not normalised, scale 1) plus 2 shared, MLA without a query
 # bottleneck, YaRN x40 over 4096. 15.7B parameters (2.4B active): about 8.5 GB in Q4_K, for
@@ -465,9 +470,12 @@ def make_model(out: str, arch: str = "llama", wtype: str = "Q4_1", seed: int = 1
     tok = tokenizer_fields(tokenizer_src)
     if vocab is not None:
         tok = truncate_vocab(tok, vocab)
+    if s.n_vocab:
+        tok = pad_vocab(tok, s.n_vocab)
     n_vocab = next(len(v) for k, v, _, _ in tok if k == "tokenizer.ggml.tokens")
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(out, arch)
+    big = s.n_layer * s.n_embd * s.n_ff > 1 << 31  # benchmark-sized: spill tensors to a temporary file
+    w = gguf.GGUFWriter(out, arch, use_temp_file=big)
 
     w.add_name(f"invar-synthetic-{arch}-{shape}-{wtype}-seed{seed}")
     w.add_type("model")

@@ -330,14 +330,14 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K;
         prefetch_rec(rec, MM_REC_Q6_K, h);
-        const __m256 d = f16x8(rec + 3328 + 16 * h);
+        const __m256 d = f16x8(rec + MM_Q6_D + 16 * h);
         for (int ab = 0; ab < 8; ab++) {
             const int n = ab / 4, qtr = ab % 4;
             const int64_t b = u * 8 + ab;
             __m256i Q[8];
             UNROLL for (int t = 0; t < 8; t++) {
-                __m256i L = ldw(rec + 64 * (16 * n + 8 * (qtr & 1) + t) + 32 * h);
-                __m256i H = ldw(rec + 2048 + 64 * (8 * n + t) + 32 * h);
+                __m256i L = ldw(rec + MM_Q6_QL(16 * n + 8 * (qtr & 1) + t) + 32 * h);
+                __m256i H = ldw(rec + MM_Q6_QH(8 * n + t) + 32 * h);
                 __m256i lo = qtr >= 2 ? _mm256_srli_epi16(L, 4) : L;
                 __m256i hb;
                 switch (qtr) {
@@ -348,8 +348,8 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
                 }
                 Q[t] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hb, m30));
             }
-            const __m256i sl = i8x8_epi32(rec + 3072 + 16 * (2 * ab) + 8 * h);
-            const __m256i sh = i8x8_epi32(rec + 3072 + 16 * (2 * ab + 1) + 8 * h);
+            const __m256i sl = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab) + 8 * h);
+            const __m256i sh = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1) + 8 * h);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 __m256i pl = _mm256_add_epi32(
@@ -390,8 +390,8 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                     UNROLL for (int t = 0; t < 8; t += 2) {
                         __m256i sA = _mm256_setzero_si256(), sB = sA;
                         UNROLL for (int e = 0; e < 2; e++) {
-                            const __m256i L = ldw(rec + 64 * (16 * n + 8 * p + t + e) + 32 * h);
-                            const __m256i H = ldw(rec + 2048 + 64 * (8 * n + t + e) + 32 * h);
+                            const __m256i L = ldw(rec + MM_Q6_QL(16 * n + 8 * p + t + e) + 32 * h);
+                            const __m256i H = ldw(rec + MM_Q6_QH(8 * n + t + e) + 32 * h);
                             const __m256i hA = p ? _mm256_slli_epi16(H, 2) : _mm256_slli_epi16(H, 4);
                             const __m256i hB = p ? _mm256_srli_epi16(H, 2) : H;
                             const __m256i qA = _mm256_or_si256(_mm256_and_si256(L, m4), _mm256_and_si256(hA, m30));
@@ -408,15 +408,15 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                             phB = _mm256_add_epi32(phB, madd1(sB));
                         }
                     }
-                    const __m256 d = f16x8(rec + 3328 + 16 * h);
+                    const __m256 d = f16x8(rec + MM_Q6_D + 16 * h);
                     UNROLL for (int q = 0; q < 2; q++) {
                         const int ab = 4 * n + p + 2 * q;
                         const int64_t b = u * 8 + ab;
                         const int16_t *xs = X.s + 2 * b;
                         const __m256i pl = _mm256_sub_epi32(q ? plB : plA, _mm256_set1_epi32(32 * xs[0]));
                         const __m256i ph = _mm256_sub_epi32(q ? phB : phA, _mm256_set1_epi32(32 * xs[1]));
-                        const __m256i sl = i8x8_epi32(rec + 3072 + 16 * (2 * ab) + 8 * h);
-                        const __m256i sh = i8x8_epi32(rec + 3072 + 16 * (2 * ab + 1) + 8 * h);
+                        const __m256i sl = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab) + 8 * h);
+                        const __m256i sh = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1) + 8 * h);
                         const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
                         f[p + 2 * q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
                     }

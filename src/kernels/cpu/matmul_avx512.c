@@ -61,9 +61,14 @@ AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_
 
 /* Software prefetch of the weight stream, this far ahead: one core's hardware
  * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
+#ifndef PF_DIST
 #define PF_DIST 4096
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 AI void prefetch_rec(const uint8_t *rec, int bytes) {
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, PF_HINT);
 }
 
 AI __m512i u8x16_epi32(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
@@ -111,7 +116,7 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     do {                                                                               \
         const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
         for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
-            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
+            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, PF_HINT);            \
     } while (0)
 
 /* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
@@ -205,7 +210,7 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K;
         prefetch_rec(rec, MM_REC_Q6_K);
-        const __m512 d = f16x16(rec + 3328);
+        const __m512 d = f16x16(rec + MM_Q6_D);
         /* Activation block ab = 4n + qtr: ql words A = 16n+t (low nibble for qtr 0, high
          * for 2), B = 16n+8+t (qtr 1, 3); qh word 8n+t holds bits 2qtr..2qtr+1. */
         for (int ab = 0; ab < 8; ab++) {
@@ -213,8 +218,8 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
             const int64_t b = u * 8 + ab;
             __m512i Q[8];
             UNROLL for (int t = 0; t < 8; t++) {
-                __m512i L = ldw(rec + 64 * (16 * n + 8 * (qtr & 1) + t));
-                __m512i H = ldw(rec + 2048 + 64 * (8 * n + t));
+                __m512i L = ldw(rec + MM_Q6_QL(16 * n + 8 * (qtr & 1) + t));
+                __m512i H = ldw(rec + MM_Q6_QH(8 * n + t));
                 __m512i lo = qtr >= 2 ? _mm512_srli_epi16(L, 4) : L;
                 __m512i hb;
                 switch (qtr) {
@@ -225,8 +230,8 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
                 }
                 Q[t] = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(hb, m30));
             }
-            const __m512i sl = i8x16_epi32(rec + 3072 + 16 * (2 * ab));
-            const __m512i sh = i8x16_epi32(rec + 3072 + 16 * (2 * ab + 1));
+            const __m512i sl = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab));
+            const __m512i sh = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1));
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
@@ -240,6 +245,50 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
                 __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sl, pl), _mm512_mullo_epi32(sh, ph));
                 __m512 f = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum));
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
+            }
+        }
+    }
+}
+
+/* One activation row of Q6_K (decode). Per 128-element half n and step t the three
+ * words of the record's streaming order (ql 16n+t, ql 16n+8+t, qh 8n+t: consecutive
+ * lines) are loaded once and give one quant vector of each of the half's four blocks,
+ * into eight independent dpbusd chains ([16-element half][block]); the record is read
+ * strictly in address order, its prefetch spread over the 16 steps. The block factors
+ * then enter acc in block order with k_q6_k's operations (the dots are exact). */
+AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const int64_t nu = X.nb / 8;
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        UNROLL for (int n = 0; n < 2; n++) {
+            const int8_t *x = X.q + 32 * (u * 8 + 4 * n);
+            __m512i P[2][4]; /* [16-element half][qtr] */
+            UNROLL for (int q = 0; q < 4; q++) P[0][q] = P[1][q] = _mm512_setzero_si512();
+            UNROLL for (int t = 0; t < 8; t++) {
+                PF_SPREAD(rec, MM_REC_Q6_K, 8 * n + t, 16);
+                const __m512i LA = ldw(rec + MM_Q6_QL(16 * n + t)), LB = ldw(rec + MM_Q6_QL(16 * n + 8 + t));
+                const __m512i H = ldw(rec + MM_Q6_QH(8 * n + t));
+                const __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(LA, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
+                    _mm512_or_si512(_mm512_and_si512(LB, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(LA, 4), m4), _mm512_and_si512(H, m30)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(LB, 4), m4),
+                                    _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+                UNROLL for (int qtr = 0; qtr < 4; qtr++) P[t / 4][qtr] = dp(P[t / 4][qtr], q[qtr], x + 32 * qtr + 4 * t);
+            }
+            const __m512 d = f16x16(rec + MM_Q6_D);
+            UNROLL for (int qtr = 0; qtr < 4; qtr++) {
+                const int ab = 4 * n + qtr;
+                const int64_t b = u * 8 + ab;
+                const int16_t *s = X.s + 2 * b;
+                const __m512i pl = _mm512_sub_epi32(P[0][qtr], _mm512_set1_epi32(32 * s[0]));
+                const __m512i ph = _mm512_sub_epi32(P[1][qtr], _mm512_set1_epi32(32 * s[1]));
+                const __m512i sl = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab));
+                const __m512i sh = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1));
+                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sl, pl), _mm512_mullo_epi32(sh, ph));
+                acc[0] = accum(acc[0], X.d[b], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
             }
         }
     }
@@ -554,10 +603,10 @@ AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
 
 GROUP_LOOP_ROW(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
 GROUP_LOOP_ROW(mm_avx512_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
-/* Q6_K has no one-row kernel here: one that loads each word once for all its blocks
- * (as the AVX2 one does) ran 50 GB/s from L2 against this kernel's 32, but streamed
- * 13-16.6 GB/s from DRAM against this kernel's 19-28 on a Zen 4 (bench/README.md). */
-GROUP_LOOP(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K)
+/* Q6_K's one-row kernel streams at the DRAM bound only with the record in its streaming
+ * order (MM_Q6_QL/QH): over the old order's three interleaved word arrays it read
+ * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
+GROUP_LOOP_ROW(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 

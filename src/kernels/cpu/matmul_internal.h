@@ -37,14 +37,22 @@
  *        sc u8[8][16] @2112, mn u8[8][16] @2240                     = 2368 B */
 /* Q5_K:  Q4_K's record (qs = the low nibbles), then qh words[8][16] @2368
  *        (bit j of qh byte l: the fifth bit of element 32j + l)     = 2880 B */
-/* Q6_K:  ql words[32][16] @0, qh words[16][16] @2048, sc i8[16][16] @3072,
- *        d fp16[16] @3328                                           = 3360 B */
+/* Q6_K:  the ql and qh words in the order a one-row pass consumes them (MM_Q6_QL/QH):
+ *        for each 128-element half n and step t = 0..7, ql word 16n+t (low nibbles:
+ *        block 4n, high: 4n+2), ql word 16n+8+t (blocks 4n+1, 4n+3) and qh word 8n+t
+ *        (two bits of each of the four), so the record streams strictly in address
+ *        order; sc i8[16][16] @3072, d fp16[16] @3328, 32 B of padding so that every
+ *        record (and every 64-byte word load) starts on a cache line   = 3392 B */
 #define MM_REC_Q4_0 288
 #define MM_REC_Q4_1 320
 #define MM_REC_Q8_0 544
 #define MM_REC_Q4_K 2368
 #define MM_REC_Q5_K 2880
-#define MM_REC_Q6_K 3360
+#define MM_REC_Q6_K 3392
+#define MM_Q6_QL(w) (64 * (3 * (8 * ((w) / 16) + (w) % 8) + ((w) / 8) % 2)) /* ql word w, 0..31 */
+#define MM_Q6_QH(w) (64 * (3 * (w) + 2))                                   /* qh word w, 0..15 */
+#define MM_Q6_SC 3072
+#define MM_Q6_D 3328
 /* Decoded types (quant_traits.decode: Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS,
  * MXFP4), one generic record per unit of UE = 32 or 256 elements, from the integer form
  * quant_iblock: q + 128 as u8 words[UE/4][16] @0, d f32[16] @16UE, dmin f32[16] @16UE+64,

@@ -68,10 +68,10 @@ void mm_pack_q5_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) {
     for (int c = 0; c < ncols; c++) {
         const block_q6_K *B = (const block_q6_K *)rows[c] + u;
-        for (int wi = 0; wi < 32; wi++) put_word(rec, wi, c, B->ql);
-        for (int wi = 0; wi < 16; wi++) put_word(rec + 2048, wi, c, B->qh);
-        for (int s = 0; s < 16; s++) rec[3072 + 16 * s + c] = (uint8_t)B->scales[s];
-        put_u16(rec, 3328, c, B->d);
+        for (int wi = 0; wi < 32; wi++) memcpy(rec + MM_Q6_QL(wi) + 4 * c, B->ql + 4 * wi, 4);
+        for (int wi = 0; wi < 16; wi++) memcpy(rec + MM_Q6_QH(wi) + 4 * c, B->qh + 4 * wi, 4);
+        for (int s = 0; s < 16; s++) rec[MM_Q6_SC + 16 * s + c] = (uint8_t)B->scales[s];
+        put_u16(rec, MM_Q6_D, c, B->d);
     }
 }
 
