@@ -1,7 +1,7 @@
 /* CUDA backend benchmark: ceilings (copy, cuBLAS matmul), invariant GEMM vs cuBLAS on the
  * Llama-3-8B shapes, row kernels, paged attention. Times are medians of CUDA-event timings
  * with the L2 flushed (a 512 MiB memset) before every repetition; inputs random.
- * Usage: bench_cuda OUT.json [gemm] [rows] [attn]   (no section names = all) */
+ * Usage: bench_cuda OUT.json [narrow] [gemm] [rows] [attn]   (no section names = all) */
 #include <math.h>
 #include <string.h>
 #include "bench_cuda.h"
@@ -187,16 +187,112 @@ static void bench_gemm(FILE *js)
     CK(cudaFree(dC));
 }
 
+/* The narrow small-M kernel beside the wide one and cuBLAS, and every narrow configuration
+ * forced, on the Llama-3-8B shapes (same run, same data). */
+static void bench_gemm_narrow(FILE *js)
+{
+    static const int NK[5][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    static const int Ms[5] = {1, 8, 32, 64, 128};
+    static const int cfg[][2] = {{32, 4}, {48, 4}, {64, 4}, {64, 2}, {96, 2}, {112, 2}, {128, 2}, {128, 1}};
+    const int ncfg = sizeof cfg / sizeof *cfg;
+    size_t amax = (size_t)128 * 14336, wmax = (size_t)128256 * 4096;
+    uint16_t *h = malloc(wmax * 2);
+    fill_bf16(h, wmax, 11, 1.0f);
+    uint16_t *dW = upload(h, wmax * 2);
+    uint16_t *dA = upload(h, amax * 2);
+    free(h);
+    void *dC = dmalloc((size_t)128 * 128256 * 2);
+    printf("== GEMM small M: narrow kernel vs wide kernel vs cuBLAS (us; wTB = weight TB/s) ==\n");
+    printf("     N      K    M | cuBLAS  wTB |   wide  wTB | narrow  wTB (BNxG) | n/cuB n/wide | forced:");
+    for (int c = 0; c < ncfg; c++) printf(" %dx%d", cfg[c][0], cfg[c][1]);
+    printf("\n");
+    fprintf(js, "\"gemm_narrow\": [\n");
+    double lw = 0, lc = 0;
+    int np = 0;
+    for (int s = 0; s < 5; s++)
+        for (int m = 0; m < 5; m++) {
+            int N = NK[s][0], K = NK[s][1], M = Ms[m];
+            double wb = 2.0 * N * (double)K;
+            struct gemm_arg g = {dA, dW, dC, M, N, K, 1, 0};
+            double tc = bench_time_ms(run_gemm, &g, 20);
+            g.cublas = 0;
+            invar_cuda_gemm_experiment_narrow(ctx, 0, 0);
+            double tw = bench_time_ms(run_gemm, &g, 20);
+            invar_cuda_gemm_experiment_narrow(ctx, 1, 0);
+            double tn = bench_time_ms(run_gemm, &g, 20);
+            invar_cuda_gemm_plan pl;
+            invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+            printf("%6d %6d %4d | %6.1f %4.2f | %6.1f %4.2f | %6.1f %4.2f (%3dx%d) | %5.2f %6.2f |", N, K, M,
+                   tc * 1e3, wb / tc / 1e9, tw * 1e3, wb / tw / 1e9, tn * 1e3, wb / tn / 1e9, pl.bn, pl.chains,
+                   tc / tn, tw / tn);
+            fprintf(js, "%s  {\"N\": %d, \"K\": %d, \"M\": %d, \"cublas_us\": %.2f, \"wide_us\": %.2f, "
+                        "\"narrow_us\": %.2f, \"bn\": %d, \"chains\": %d, \"forced_us\": [",
+                    np ? ",\n" : "", N, K, M, tc * 1e3, tw * 1e3, tn * 1e3, pl.bn, pl.chains);
+            for (int c = 0; c < ncfg; c++) {
+                invar_cuda_gemm_experiment_narrow(ctx, 1, cfg[c][0] * 16 + cfg[c][1]);
+                double t = bench_time_ms(run_gemm, &g, 10);
+                printf(" %6.1f", t * 1e3);
+                fprintf(js, "%s%.2f", c ? ", " : "", t * 1e3);
+            }
+            invar_cuda_gemm_experiment_narrow(ctx, 1, 0);
+            fprintf(js, "]}");
+            printf("\n");
+            fflush(stdout);
+            if (pl.chains) {
+                lw += log(tw / tn);
+                lc += log(tc / tn);
+                np++;
+            }
+        }
+    if (np)
+        printf("narrow points: %d; geomean narrow/cuBLAS speed %.3f, narrow/wide speed %.3f\n", np, exp(lc / np),
+               exp(lw / np));
+    fprintf(js, "\n],\n\"gemm_narrow_layout\": [\n");
+    /* Data movement: K-tiles per stage (KT), A slots sized to the box or 64 rows, ring cap. */
+    static const int pts[][3] = {{4096, 4096, 1}, {4096, 14336, 1}, {6144, 4096, 8}, {28672, 4096, 1}, {128256, 4096, 1}, {4096, 14336, 64}};
+    static const int lcfg[][2] = {{32, 4}, {48, 4}, {64, 2}, {112, 2}, {128, 1}};
+    static const int lay[][3] = {{0, 1, 0}, {1, 1, 0}, {2, 1, 0}, {4, 1, 0}, {0, 0, 0}, {0, 1, 16}};
+    printf("== narrow layouts (us): KT/packA/cap ");
+    for (int l = 0; l < 6; l++) printf(" %d/%d/%d", lay[l][0], lay[l][1], lay[l][2]);
+    printf(" ==\n");
+    int first = 1;
+    for (int i = 0; i < 6; i++)
+        for (int c = 0; c < 5; c++) {
+            struct gemm_arg g = {dA, dW, dC, pts[i][2], pts[i][0], pts[i][1], 0, 0};
+            printf("N=%6d K=%5d M=%3d %3dx%d:", g.N, g.K, g.M, lcfg[c][0], lcfg[c][1]);
+            invar_cuda_gemm_experiment_narrow(ctx, 1, lcfg[c][0] * 16 + lcfg[c][1]);
+            for (int l = 0; l < 6; l++) {
+                invar_cuda_gemm_experiment_narrow_layout(ctx, lay[l][0], lay[l][1], lay[l][2]);
+                double t = bench_time_ms(run_gemm, &g, 10);
+                printf(" %6.1f", t * 1e3);
+                fprintf(js, "%s  {\"N\": %d, \"K\": %d, \"M\": %d, \"bn\": %d, \"chains\": %d, \"kt\": %d, "
+                            "\"pack_a\": %d, \"cap\": %d, \"us\": %.2f}",
+                        first ? "" : ",\n", g.N, g.K, g.M, lcfg[c][0], lcfg[c][1], lay[l][0], lay[l][1], lay[l][2],
+                        t * 1e3);
+                first = 0;
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    invar_cuda_gemm_experiment_narrow_layout(ctx, 0, 1, 0);
+    invar_cuda_gemm_experiment_narrow(ctx, 1, 0);
+    fprintf(js, "\n],\n");
+    CK(cudaFree(dA));
+    CK(cudaFree(dW));
+    CK(cudaFree(dC));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s OUT.json [gemm] [rows] [attn]\n", argv[0]);
         return 2;
     }
-    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all, only_cluster = 0;
+    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all, only_cluster = 0, do_narrow = all;
     for (int i = 2; i < argc; i++) {
         only_cluster |= !strcmp(argv[i], "cluster");
         do_gemm |= !strcmp(argv[i], "gemm");
+        do_narrow |= !strcmp(argv[i], "narrow");
         do_rows |= !strcmp(argv[i], "rows");
         do_attn |= !strcmp(argv[i], "attn");
     }
@@ -228,6 +324,7 @@ int main(int argc, char **argv)
         return 0;
     }
     ceilings(js);
+    if (do_narrow) bench_gemm_narrow(js);
     if (do_gemm) bench_gemm(js);
     if (do_rows) bench_rows(js, copy_gbs);
     if (do_attn) bench_attention(js);

@@ -4,7 +4,10 @@
  *    inside a 128-row tile, plus random ones) equal the M=1 call on that row alone;
  *  - accuracy against an fp64 reference on random data, bf16 and fp32 outputs;
  *  - every output element written (output poisoned with NaN first), run-to-run equality;
- *  - negative control: cuBLAS on the same check must show differing rows on some shape. */
+ *  - the narrow small-M kernel: every (tile width, chain count) it is built for gives the wide
+ *    kernel's bits at the same M;
+ *  - negative controls: cuBLAS on the same check must show differing rows on some shape, and
+ *    so must the narrow kernel with its chunk fold reversed. */
 #include <math.h>
 #include <string.h>
 #include "cuda_test_util.h"
@@ -138,6 +141,68 @@ static void accuracy(const uint16_t *A, const uint16_t *W, const uint16_t *dA, c
     free(got);
 }
 
+/* For a few shapes and small M: the wide kernel's result, then every narrow configuration
+ * forced in turn; each must give the same bytes. */
+static void narrow_configs(const uint16_t *dA, const uint16_t *dW, int small)
+{
+    static const int cfg[][2] = {{32, 4}, {48, 4}, {64, 4}, {64, 2}, {96, 2}, {112, 2}, {128, 2}, {128, 1}};
+    static const int NK_full[][2] = {{4096, 4096}, {4096, 14336}, {6144, 4096}, {1000, 3072}};
+    static const int Ms[] = {1, 8, 33, 64, 100, 128};
+    int nshape = small ? 1 : 4, ncfg = sizeof cfg / sizeof *cfg, runs = 0, differ = 0;
+    for (int s = 0; s < nshape; s++)
+        for (int m = 0; m < (int)(sizeof Ms / sizeof *Ms); m++) {
+            int N = small ? 1000 : NK_full[s][0], K = small ? 3072 : NK_full[s][1], M = Ms[m];
+            size_t bytes = (size_t)M * N * 2;
+            uint16_t *ref = dmalloc(bytes), *got = dmalloc(bytes);
+            invar_cuda_gemm_experiment_narrow(ctx, 0, 0);
+            run(invar_cuda_gemm, dA, dW, ref, INVAR_CUDA_BF16, M, N, K);
+            for (int c = 0; c < ncfg; c++) {
+                invar_cuda_gemm_experiment_narrow(ctx, 1, cfg[c][0] * 16 + cfg[c][1]);
+                invar_cuda_gemm_plan pl;
+                invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+                EXPECT(pl.chains == cfg[c][1] && pl.bn == cfg[c][0], "narrow %dx%d not taken at M=%d", cfg[c][0],
+                       cfg[c][1], M);
+                run(invar_cuda_gemm, dA, dW, got, INVAR_CUDA_BF16, M, N, K);
+                long d = invar_cuda_rows_differ(ctx, ref, got, (size_t)M, (size_t)N * 2);
+                if (d) printf("  narrow BN=%d G=%d N=%d K=%d M=%d: %ld of %d rows differ from the wide kernel\n",
+                              cfg[c][0], cfg[c][1], N, K, M, d, M);
+                differ += d != 0;
+                runs++;
+            }
+            CK(cudaFree(ref));
+            CK(cudaFree(got));
+        }
+    /* Data movement variants (K-tiles per stage, A slots of 64 rows): same bits again. */
+    static const int lay[][2] = {{2, 1}, {4, 1}, {1, 0}, {4, 0}};
+    static const int lay_cfg[][2] = {{32, 4}, {64, 2}, {128, 1}};
+    static const int lay_M[] = {1, 9, 64, 128};
+    int N = small ? 1000 : 4096, K = small ? 3072 : 14336;
+    for (int m = 0; m < 4; m++) {
+        int M = lay_M[m];
+        size_t bytes = (size_t)M * N * 2;
+        uint16_t *ref = dmalloc(bytes), *got = dmalloc(bytes);
+        invar_cuda_gemm_experiment_narrow(ctx, 0, 0);
+        run(invar_cuda_gemm, dA, dW, ref, INVAR_CUDA_BF16, M, N, K);
+        for (int l = 0; l < 4; l++)
+            for (int c = 0; c < 3; c++) {
+                invar_cuda_gemm_experiment_narrow(ctx, 1, lay_cfg[c][0] * 16 + lay_cfg[c][1]);
+                invar_cuda_gemm_experiment_narrow_layout(ctx, lay[l][0], lay[l][1], 0);
+                run(invar_cuda_gemm, dA, dW, got, INVAR_CUDA_BF16, M, N, K);
+                long d = invar_cuda_rows_differ(ctx, ref, got, (size_t)M, (size_t)N * 2);
+                if (d) printf("  narrow BN=%d G=%d KT=%d pack_a=%d M=%d: %ld of %d rows differ\n", lay_cfg[c][0],
+                              lay_cfg[c][1], lay[l][0], lay[l][1], M, d, M);
+                differ += d != 0;
+                runs++;
+            }
+        CK(cudaFree(ref));
+        CK(cudaFree(got));
+    }
+    invar_cuda_gemm_experiment_narrow_layout(ctx, 0, 1, 0);
+    invar_cuda_gemm_experiment_narrow(ctx, 1, 0); /* the default */
+    printf("narrow configurations: %d of %d forced runs differ from the wide kernel\n", differ, runs);
+    EXPECT(differ == 0, "narrow configurations differ from the wide kernel (%d runs)", differ);
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
@@ -175,6 +240,7 @@ int main(int argc, char **argv)
         {200, 328, Ms_odd, sizeof Ms_odd / sizeof *Ms_odd},     /* partial tiles in N and K */
         {136, 8, Ms_odd, sizeof Ms_odd / sizeof *Ms_odd},       /* K smaller than one tile */
         {1024, 1096, Ms_odd, sizeof Ms_odd / sizeof *Ms_odd},   /* last chunk partial */
+        {1000, 3072, Ms_odd, sizeof Ms_odd / sizeof *Ms_odd},   /* narrow kernel, 3 chunks, N partial */
     };
     int nshapes = sizeof shapes / sizeof *shapes;
     if (small) {
@@ -189,8 +255,8 @@ int main(int argc, char **argv)
         for (int j = 0; j < 6; j++) {
             invar_cuda_gemm_plan pl;
             if (invar_cuda_gemm_describe(ctx, ms[j], shapes[i].N, shapes[i].K, &pl)) continue;
-            printf("N=%6d K=%6d M=%5d: BM=%d BN=%d BK=%d KC=%d chunks=%d split=%d units=%d grid=%d stages=%d cluster=%d\n",
-                   shapes[i].N, shapes[i].K, ms[j], pl.bm, pl.bn, pl.bk, pl.k_chunk, pl.n_chunks,
+            printf("N=%6d K=%6d M=%5d: BM=%d BN=%d chains=%d BK=%d KC=%d chunks=%d split=%d units=%d grid=%d stages=%d cluster=%d\n",
+                   shapes[i].N, shapes[i].K, ms[j], pl.bm, pl.bn, pl.chains, pl.bk, pl.k_chunk, pl.n_chunks,
                    pl.split, pl.units, pl.grid, pl.stages, pl.cluster);
         }
     }
@@ -230,6 +296,18 @@ int main(int argc, char **argv)
         EXPECT(d == 0, "cluster path differs (%ld rows)", d);
         CK(cudaFree(c1));
         CK(cudaFree(c2));
+    }
+    printf("== narrow kernel: every configuration vs the wide kernel (same bits expected) ==\n");
+    narrow_configs(dA, dW, small);
+    printf("== negative control (narrow kernel, chunk fold reversed; same check) ==\n");
+    {
+        invar_cuda_testing_gemm_narrow_reversed(ctx, 1);
+        int N = small ? 1000 : 4096, K = small ? 3072 : 4096;
+        static const int Ms_rev[] = {1, 5, 64, 100, 129, 300}; /* narrow up to 128, wide above */
+        long bad = invariance(invar_cuda_gemm, "reversd", dA, dW, N, K, Ms_rev, 6, 0);
+        invar_cuda_testing_gemm_narrow_reversed(ctx, 0);
+        printf("negative control: the reversed narrow fold gives %ld differing rows\n", bad);
+        EXPECT(bad > 0, "negative control: the reversed narrow fold passed the invariance check");
     }
     printf("== negative control (cuBLAS, same check) ==\n");
     static const int Ms_ctl[] = {1, 8, 32, 128, 512, 2048};

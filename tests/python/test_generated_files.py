@@ -16,7 +16,7 @@ def generate(repo_root, script):
 
 
 def test_wgmma_header_is_generated(repo_root):
-    out = repo_root / "src" / "kernels" / "cuda" / "wgmma_m64n128k16.cuh"
+    out = repo_root / "src" / "kernels" / "cuda" / "wgmma_bf16.cuh"
     assert generate(repo_root, "gen_wgmma.py") == out.read_bytes()
 
 

@@ -81,6 +81,11 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     ctx->encode_tiled = fn;
     ctx->gemm_cluster = 1; /* 2-CTA B multicast: +2..18% at large M (bench gemm_cluster_experiment) */
     ctx->gemm_max_clusters = -1;
+    /* Small M on the multi-chain narrow kernel (same bits); INVAR_CUDA_GEMM_NARROW=0 keeps the
+     * wide kernel for comparison runs. */
+    const char *nar = getenv("INVAR_CUDA_GEMM_NARROW");
+    ctx->gemm_narrow = !(nar && !strcmp(nar, "0"));
+    ctx->gemm_narrow_pack_a = 1;
     *out = ctx;
     return 0;
 }

@@ -19,6 +19,12 @@ struct invar_cuda_ctx {
     int gemm_cluster;           /* use 2-CTA clusters with B multicast where the plan allows */
     int gemm_max_clusters;      /* resident 2-CTA clusters usable (-1: not asked yet, 0: off) */
     int gemm_max_clusters_raw;  /* what the occupancy query said */
+    int gemm_narrow;            /* 1: small M runs on the narrow multi-chain kernel (gemm_narrow.cu) */
+    int gemm_narrow_force;      /* experiments: 0 the planner's choice, else BN * 16 + G */
+    int gemm_narrow_kt;         /* experiments: K-tiles per stage (0: GEMM_NARROW_KT_STAGE) */
+    int gemm_narrow_pack_a;     /* 1: A slots sized to the A box (the default), 0: 64 rows */
+    int gemm_narrow_max_stages; /* experiments: ring depth cap (0: GEMM_NARROW_MAX_STAGES) */
+    int testing_gemm_narrow_reversed; /* negative control: the narrow kernel folds a group last first */
     int testing_norm_by_rows;   /* negative controls (invar_cuda_testing.h), 0 in real use */
     int testing_merge_by_batch;
     int attn_mma;               /* 1: the previous mma.sync attention kernel (INVAR_CUDA_ATTN=mma) */

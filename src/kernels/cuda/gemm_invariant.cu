@@ -6,8 +6,9 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/gemm_config.cuh"
+#include "kernels/cuda/gemm_internal.h"
 #include "kernels/cuda/hopper_ptx.cuh"
-#include "kernels/cuda/wgmma_m64n128k16.cuh"
+#include "kernels/cuda/wgmma_bf16.cuh"
 
 struct gemm_params {
     int M, N, K;
@@ -194,7 +195,7 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < GEMM_BK / GEMM_MMA_K; kk++) {
-                    wgmma_m64n128k16_bf16(acc, smem_desc_sw128(sa + 32 * kk),
+                    wgmma_bf16<GEMM_BN>(acc, smem_desc_sw128(sa + 32 * kk),
                                           smem_desc_sw128(sb + 32 * kk),
                                           (kt == kt0 && kk == 0) ? 0 : 1);
                 }
@@ -295,6 +296,7 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
     long tiles_large = (long)((M + GEMM_LARGE_BM - 1) / GEMM_LARGE_BM) * tn;
     long tiles_small = (long)((M + GEMM_SMALL_BM - 1) / GEMM_SMALL_BM) * tn;
     o->bn = GEMM_BN;
+    o->chains = 0;
     o->bk = GEMM_BK;
     o->k_chunk = kc;
     o->n_chunks = n_chunks;
@@ -334,11 +336,11 @@ extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N,
                                         invar_cuda_gemm_plan *o)
 {
     query_clusters((invar_cuda_ctx *)ctx); /* cached device fact; the context is not const */
+    if (M > 0 && N > 0 && K > 0 && N % 8 == 0 && gemm_narrow_plan(ctx, M, N, K, o)) return 0;
     return describe_kc(ctx, M, N, K, GEMM_KC, 0, o);
 }
 
-static int make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int rows, int K,
-                    int box_rows)
+int gemm_make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int rows, int K, int box_rows)
 {
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)ctx->encode_tiled;
     cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
@@ -391,10 +393,12 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
 {
     invar_cuda_gemm_plan pl;
     query_clusters(ctx);
-    if (describe_kc(ctx, M, N, K, kc, partials != NULL, &pl))
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
     if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c) & 15)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: pointers must be 16-byte aligned");
+    if (!partials && kc == GEMM_KC && M > 0 && N > 0 && N % 8 == 0 && gemm_narrow_plan(ctx, M, N, K, &pl))
+        return gemm_narrow_run(ctx, &pl, a, w, c, c_type == INVAR_CUDA_F32, M, N, K);
+    if (describe_kc(ctx, M, N, K, kc, partials != NULL, &pl))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);
     struct gemm_params p;
     p.M = M;
     p.N = N;
@@ -421,7 +425,7 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
         p.ws = ctx->gemm_ws;
     }
     CUtensorMap ma, mb;
-    if (make_map(ctx, &ma, a, M, K, pl.bm) || make_map(ctx, &mb, w, N, K, pl.cluster ? GEMM_BN / 2 : GEMM_BN))
+    if (gemm_make_map(ctx, &ma, a, M, K, pl.bm) || gemm_make_map(ctx, &mb, w, N, K, pl.cluster ? GEMM_BN / 2 : GEMM_BN))
         return INVAR_CUDA_ECUDA;
     size_t smem = 1024 + (size_t)pl.stages * (pl.bm * GEMM_BK * 2 + B_TILE_BYTES) +
                   2 * pl.stages * sizeof(uint64_t) + 16;
@@ -497,6 +501,25 @@ extern "C" int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t
                                              int k_chunk)
 {
     return gemm_kc(ctx, a, w, c, c_type, M, N, K, k_chunk, NULL);
+}
+
+extern "C" void invar_cuda_gemm_experiment_narrow(invar_cuda_ctx *ctx, int on, int force)
+{
+    ctx->gemm_narrow = on != 0;
+    ctx->gemm_narrow_force = force;
+}
+
+extern "C" void invar_cuda_gemm_experiment_narrow_layout(invar_cuda_ctx *ctx, int kt_stage, int pack_a,
+                                                        int max_stages)
+{
+    ctx->gemm_narrow_kt = kt_stage;
+    ctx->gemm_narrow_pack_a = pack_a != 0;
+    ctx->gemm_narrow_max_stages = max_stages;
+}
+
+extern "C" void invar_cuda_testing_gemm_narrow_reversed(invar_cuda_ctx *ctx, int on)
+{
+    ctx->testing_gemm_narrow_reversed = on != 0;
 }
 
 extern "C" void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on)

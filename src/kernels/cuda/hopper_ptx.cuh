@@ -112,6 +112,12 @@ static __device__ __forceinline__ void wgmma_wait1(void)
 {
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
 }
+/* Waits until at most N committed wgmma groups are still in flight. */
+template <int N>
+static __device__ __forceinline__ void wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 
 /* Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
  * rows of 128 bytes, 8-row groups 1024 bytes apart; the tile base is 1024-byte aligned and a

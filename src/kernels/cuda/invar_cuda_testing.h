@@ -20,9 +20,22 @@ void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
 /* 2-CTA clusters of the large GEMM configuration that can be resident at once. */
 int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx);
 
+/* Benchmark experiment only: on = 0 runs small M on the wide kernel too; force = BN * 16 + G
+ * pins the narrow kernel's tile width and chain count where it runs (0: the planner's
+ * choice). Same results, other speed. */
+void invar_cuda_gemm_experiment_narrow(invar_cuda_ctx *ctx, int on, int force);
+/* Benchmark experiment only: the narrow kernel's data movement. kt_stage K-tiles per stage
+ * (1, 2, 4, 8, 16; 0 the default), pack_a 1 sizes A slots to the A box (the default), 0 to 64
+ * rows; max_stages caps the ring (0 the default). Same results, other speed. */
+void invar_cuda_gemm_experiment_narrow_layout(invar_cuda_ctx *ctx, int kt_stage, int pack_a, int max_stages);
+/* Negative control: the narrow kernel adds each group's chunk sums last first, so rows of
+ * small-M products no longer match the same rows computed at large M. */
+void invar_cuda_testing_gemm_narrow_reversed(invar_cuda_ctx *ctx, int on);
+
 /* How invar_cuda_gemm would run a shape (for tests and benchmarks). */
 typedef struct {
-    int bm, bn, bk;        /* tile; bk and the MMA instruction are the same for every shape */
+    int bm, bn, bk;        /* tile; bk and the per-element MMA arithmetic are the same for every shape */
+    int chains;            /* narrow kernel: chunks in flight at once per tile (0: the wide kernel) */
     int k_chunk;           /* absolute K chunk: partial sums restart at every multiple of it */
     int n_chunks;
     int split;             /* 1: chunks of one tile run on different CTAs */
