@@ -41,4 +41,14 @@ double now_s(void);
 /* Relative Frobenius error of out against ref. */
 double rel_err(const double *out, const double *ref, size_t n);
 
+/* Records a failed check and goes on; the including test defines `static int failures`. */
+#define EXPECT(cond, ...)                 \
+    do {                                  \
+        if (!(cond)) {                    \
+            printf("FAIL: " __VA_ARGS__); \
+            printf("\n");                 \
+            failures++;                   \
+        }                                 \
+    } while (0)
+
 #endif

@@ -35,15 +35,6 @@ static int race_mode, tiny_mode, short_mode; /* short_mode: any of the short-seq
 
 static int failures;
 static invar_cuda_ctx *ctx;
-#define EXPECT(cond, ...)                 \
-    do {                                  \
-        if (!(cond)) {                    \
-            printf("FAIL: " __VA_ARGS__); \
-            printf("\n");                 \
-            failures++;                   \
-        }                                 \
-    } while (0)
-
 static uint16_t *hq[NSEQ], *hk[NSEQ], *hv[NSEQ]; /* host Q [L][HQ][D], K/V [L][HKV][D] */
 static int32_t *pages[NSEQ];                      /* page of each 16-position block */
 static int max_pages, cache_pages;

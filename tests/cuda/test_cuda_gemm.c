@@ -15,15 +15,6 @@
 #include "kernels/cuda/invar_cuda_testing.h"
 
 static int failures;
-#define EXPECT(cond, ...)                      \
-    do {                                       \
-        if (!(cond)) {                         \
-            printf("FAIL: " __VA_ARGS__);      \
-            printf("\n");                      \
-            failures++;                        \
-        }                                      \
-    } while (0)
-
 typedef int (*gemm_fn)(invar_cuda_ctx *, const uint16_t *, const uint16_t *, void *,
                        invar_cuda_dtype, int, int, int);
 

@@ -18,15 +18,6 @@
 
 static int failures;
 static invar_cuda_ctx *ctx;
-#define EXPECT(cond, ...)                 \
-    do {                                  \
-        if (!(cond)) {                    \
-            printf("FAIL: " __VA_ARGS__); \
-            printf("\n");                 \
-            failures++;                   \
-        }                                 \
-    } while (0)
-
 typedef struct {
     const char *name;
     int H, R, rope, nope, vd, P;

@@ -11,15 +11,6 @@
 
 static int failures;
 static invar_cuda_ctx *ctx;
-#define EXPECT(cond, ...)                 \
-    do {                                  \
-        if (!(cond)) {                    \
-            printf("FAIL: " __VA_ARGS__); \
-            printf("\n");                 \
-            failures++;                   \
-        }                                 \
-    } while (0)
-
 /* Rows of the full call; INVAR_CUDA_TEST_SMALL=1 (compute-sanitizer runs) takes 512. */
 static int g_mmax = 8192;
 #define MMAX g_mmax
