@@ -195,13 +195,15 @@ static void bench_gemm_narrow(FILE *js)
     static const int Ms[5] = {1, 8, 32, 64, 128};
     static const int cfg[][2] = {{32, 4}, {48, 4}, {64, 4}, {64, 2}, {96, 2}, {112, 2}, {128, 2}, {128, 1}};
     const int ncfg = sizeof cfg / sizeof *cfg;
-    size_t amax = (size_t)128 * 14336, wmax = (size_t)128256 * 4096;
+    /* BENCH_NARROW_BIG=1: A and C as large as the gemm section's (placement experiment). */
+    const int big = getenv("BENCH_NARROW_BIG") != NULL;
+    size_t amax = (size_t)(big ? 8192 : 128) * 14336, wmax = (size_t)128256 * 4096;
     uint16_t *h = malloc(wmax * 2);
     fill_bf16(h, wmax, 11, 1.0f);
     uint16_t *dW = upload(h, wmax * 2);
     uint16_t *dA = upload(h, amax * 2);
     free(h);
-    void *dC = dmalloc((size_t)128 * 128256 * 2);
+    void *dC = dmalloc((size_t)(big ? 8192 : 128) * 128256 * 2);
     printf("== GEMM small M: narrow kernel vs wide kernel vs cuBLAS (us; wTB = weight TB/s) ==\n");
     printf("     N      K    M | cuBLAS  wTB |   wide  wTB | narrow  wTB (BNxG) | n/cuB n/wide | forced:");
     for (int c = 0; c < ncfg; c++) printf(" %dx%d", cfg[c][0], cfg[c][1]);
