@@ -10,7 +10,8 @@
 int gemm_make_map(invar_cuda_ctx *ctx, CUtensorMap *m, const void *ptr, int rows, int K, int box_rows);
 
 /* Whether the narrow kernel takes this product and with which tile width and chain count
- * (0: the wide kernel does). Fills plan's fields when it does. */
+ * (0: the wide kernel does, or the shape is invalid and the wide path reports it). Fills
+ * plan's fields when it does. */
 int gemm_narrow_plan(const invar_cuda_ctx *ctx, int M, int N, int K, invar_cuda_gemm_plan *plan);
 /* Runs C = A . W^T on the narrow kernel with a plan from gemm_narrow_plan. */
 int gemm_narrow_run(invar_cuda_ctx *ctx, const invar_cuda_gemm_plan *plan, const uint16_t *a,

@@ -336,7 +336,7 @@ extern "C" int invar_cuda_gemm_describe(const invar_cuda_ctx *ctx, int M, int N,
                                         invar_cuda_gemm_plan *o)
 {
     query_clusters((invar_cuda_ctx *)ctx); /* cached device fact; the context is not const */
-    if (M > 0 && N > 0 && K > 0 && N % 8 == 0 && gemm_narrow_plan(ctx, M, N, K, o)) return 0;
+    if (gemm_narrow_plan(ctx, M, N, K, o)) return 0;
     return describe_kc(ctx, M, N, K, GEMM_KC, 0, o);
 }
 
@@ -395,7 +395,7 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     query_clusters(ctx);
     if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c) & 15)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: pointers must be 16-byte aligned");
-    if (!partials && kc == GEMM_KC && M > 0 && N > 0 && N % 8 == 0 && gemm_narrow_plan(ctx, M, N, K, &pl))
+    if (!partials && kc == GEMM_KC && gemm_narrow_plan(ctx, M, N, K, &pl))
         return gemm_narrow_run(ctx, &pl, a, w, c, c_type == INVAR_CUDA_F32, M, N, K);
     if (describe_kc(ctx, M, N, K, kc, partials != NULL, &pl))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: bad shape M=%d N=%d K=%d", M, N, K);

@@ -25,8 +25,6 @@ struct narrow_params {
     void *out;
 };
 
-#define NARROW_A_BYTES (GEMM_NARROW_BM * GEMM_BK * 2)
-
 template <int BN>
 static __device__ __forceinline__ void narrow_store(const narrow_params &p, const float *v, int row0,
                                                     int col0, int lane_row, int lane_col)
@@ -240,7 +238,7 @@ static double narrow_score(const invar_cuda_ctx *ctx, int M, int N, int n_chunks
 
 int gemm_narrow_plan(const invar_cuda_ctx *ctx, int M, int N, int K, invar_cuda_gemm_plan *o)
 {
-    if (!ctx->gemm_narrow || M > GEMM_NARROW_MAX_M || K % GEMM_KC) return 0;
+    if (!ctx->gemm_narrow || M <= 0 || N <= 0 || K <= 0 || N % 8 || M > GEMM_NARROW_MAX_M || K % GEMM_KC) return 0;
     /* 65..128 rows: only where the wide kernel's 128 x 128 tiles leave SMs idle (measured:
      * 28672 x 4096 at M = 128, wide 70 us, narrow 76; 6144 x 4096, wide 28, narrow 21). */
     if (M > GEMM_NARROW_BM && !ctx->gemm_narrow_force && (N + GEMM_BN - 1) / GEMM_BN >= ctx->sm_count) return 0;
