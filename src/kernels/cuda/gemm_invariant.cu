@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/gemm_config.cuh"
 #include "kernels/cuda/gemm_internal.h"
+#include "kernels/cuda/gemm_store.cuh"
 #include "kernels/cuda/hopper_ptx.cuh"
 #include "kernels/cuda/wgmma_bf16.cuh"
 
@@ -46,31 +47,6 @@ static __device__ __forceinline__ void unit_tile(const struct gemm_params *p, in
     int r = t % group;
     *tm = first_m + r % gm;
     *tn = r / gm;
-}
-
-static __device__ __forceinline__ void store_pair(const struct gemm_params *p, size_t off, float x0,
-                                                  float x1)
-{
-    if (p->out_f32)
-        *(float2 *)((float *)p->out + off) = make_float2(x0, x1);
-    else
-        *(__nv_bfloat162 *)((__nv_bfloat16 *)p->out + off) = __floats2bfloat162_rn(x0, x1);
-}
-
-/* Stores this thread's 64 accumulator values of a 64x128 block at (row0, col0). */
-static __device__ __forceinline__ void store_frag(const struct gemm_params *p, const float *v,
-                                                  int row0, int col0, int lane_row, int lane_col)
-{
-#pragma unroll
-    for (int j = 0; j < GEMM_BN / 8; j++) {
-        int col = col0 + 8 * j + lane_col;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int row = row0 + lane_row + 8 * h;
-            if (row < p->M && col < p->N)
-                store_pair(p, (size_t)row * p->N + col, v[4 * j + 2 * h], v[4 * j + 2 * h + 1]);
-        }
-    }
 }
 
 /* With p.cluster, CTA pairs (cluster ranks 0, 1) take M tiles 2t and 2t+1 of one N tile; rank r
@@ -217,7 +193,7 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
         const int row0 = tm * bm + c * GEMM_MMA_M;
         const int col0 = tn * GEMM_BN;
         if (chunk < 0) {
-            store_frag(&p, total, row0, col0, lane_row, lane_col);
+            gemm_store_frag<GEMM_BN>(p.out, p.out_f32, p.M, p.N, total, row0, col0, lane_row, lane_col);
             continue;
         }
         /* Split: publish this chunk's partial sums; gemm_fold_kernel adds the chunks of

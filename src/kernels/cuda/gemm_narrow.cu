@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/gemm_config.cuh"
 #include "kernels/cuda/gemm_internal.h"
+#include "kernels/cuda/gemm_store.cuh"
 #include "kernels/cuda/hopper_ptx.cuh"
 #include "kernels/cuda/wgmma_bf16.cuh"
 
@@ -24,27 +25,6 @@ struct narrow_params {
     int fold_reversed;       /* negative control only: the G chunks of a group fold last first */
     void *out;
 };
-
-template <int BN>
-static __device__ __forceinline__ void narrow_store(const narrow_params &p, const float *v, int row0,
-                                                    int col0, int lane_row, int lane_col)
-{
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        int col = col0 + 8 * j + lane_col;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int row = row0 + lane_row + 8 * h;
-            if (row >= p.M || col >= p.N) continue;
-            size_t off = (size_t)row * p.N + col;
-            float x0 = v[4 * j + 2 * h], x1 = v[4 * j + 2 * h + 1];
-            if (p.out_f32)
-                *(float2 *)((float *)p.out + off) = make_float2(x0, x1);
-            else
-                *(__nv_bfloat162 *)((__nv_bfloat16 *)p.out + off) = __floats2bfloat162_rn(x0, x1);
-        }
-    }
-}
 
 /* Units are tiles, N-major (the M tiles of one weight tile run side by side and share it in
  * L2); a group is G consecutive chunks; inside a group the stages cycle over the chunks, one
@@ -158,7 +138,7 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tm_a, const __grid_consta
                 }
             }
         }
-        narrow_store<BN>(p, total, tm * GEMM_NARROW_BM, tn * BN, lane_row, lane_col);
+        gemm_store_frag<BN>(p.out, p.out_f32, p.M, p.N, total, tm * GEMM_NARROW_BM, tn * BN, lane_row, lane_col);
     }
 }
 
