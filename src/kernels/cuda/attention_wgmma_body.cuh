@@ -45,27 +45,38 @@ static __device__ __forceinline__ uint32_t AT(wsw)(int r, int ch)
     return (uint32_t)((r >> 6) * (64 * HD * 2) + (ch >> 3) * 8192 + (r & 63) * 128 + (((ch & 7) ^ (r & 7)) << 4));
 }
 
-/* Keys and values of positions kbase .. kbase+KB-1 into the tiles at ks / vs; positions at
- * or past kend (not cached, or past every row's position) are zero, so a masked weight of
- * exactly 0 meets a finite value. */
+/* The cache pages of block kb (0 past kend). */
+static __device__ __forceinline__ void AT(wg_pages)(const int32_t *bt, int kb, int kend, int *pg)
+{
+#pragma unroll
+    for (int p = 0; p < KB / PAGE; p++) pg[p] = kb * KB + p * PAGE < kend ? __ldg(bt + kb * (KB / PAGE) + p) : 0;
+}
+
+/* Keys and values of positions kbase .. kbase+KB-1, on pages pg, into the tiles at ks / vs;
+ * positions at or past kend (not cached, or past every row's position) are zero, so a masked
+ * weight of exactly 0 meets a finite value. Thread tid copies chunk ch of rows r, r + RP,
+ * r + 2 RP, ...: the page of pass k is known at compile time up to r / PAGE (a select when a
+ * pass spans two pages), so no per-chunk page search. */
 template <int NT>
 static __device__ __forceinline__ void AT(wload_kv)(uint32_t ks, uint32_t vs, const uint16_t *kc,
-                                                    const uint16_t *vc, const int32_t *bt, int kbase,
+                                                    const uint16_t *vc, const int *pg, int kbase,
                                                     int kend, int kh, int n_kv, int tid)
 {
-    int pg[KB / PAGE];
+    constexpr int RP = NT / WCH; /* rows per pass */
+    static_assert(NT % WCH == 0 && KB % RP == 0 && (RP % PAGE == 0 || PAGE % RP == 0), "whole passes");
+    const int r = tid / WCH, ch = tid % WCH;
+    const size_t col = (size_t)kh * PAGE * HD + 8 * ch;
 #pragma unroll
-    for (int p = 0; p < KB / PAGE; p++) pg[p] = kbase + p * PAGE < kend ? __ldg(bt + kbase / PAGE + p) : 0;
-#pragma unroll
-    for (int i = tid; i < KB * WCH; i += NT) {
-        int j = i / WCH, ch = i % WCH, pos = kbase + j;
-        uint32_t off = AT(wsw)(j, ch);
+    for (int k = 0; k < KB / RP; k++) {
+        const int j = r + RP * k, pos = kbase + j;
+        const uint32_t off = AT(wsw)(j, ch);
         if (pos < kend) {
-            const int pj = j / PAGE;
-            int page = pg[0];
+            int page = pg[RP * k / PAGE];
+            if constexpr (RP > PAGE) {
 #pragma unroll
-            for (int p = 1; p < KB / PAGE; p++) page = pj == p ? pg[p] : page;
-            size_t e = (((size_t)page * n_kv + kh) * PAGE + pos % PAGE) * HD + 8 * ch;
+                for (int x = 1; x < RP / PAGE; x++) page = r / PAGE == x ? pg[RP * k / PAGE + x] : page;
+            }
+            const size_t e = ((size_t)page * n_kv * PAGE + pos % PAGE) * HD + col;
             cp_async16(ks + off, kc + e);
             cp_async16(vs + off, vc + e);
         } else {
@@ -403,10 +414,13 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
     int kb0, kb1, kend;
     AT(wg_blocks)(it, ctx_len[it.seq], &kb0, &kb1, &kend);
     /* Prologue: blocks kb0 .. kb0+ST-2, one copy group each (empty past kb1). */
+    int pg[KB / PAGE];
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (kb0 + i < kb1)
-            AT(wload_kv)<NT>(k_s + i * KV_TILE, v_s + i * KV_TILE, kc, vc, bt, (kb0 + i) * KB, kend, kh, n_kv, tid);
+        if (kb0 + i < kb1) {
+            AT(wg_pages)(bt, kb0 + i, kend, pg);
+            AT(wload_kv)<NT>(k_s + i * KV_TILE, v_s + i * KV_TILE, kc, vc, pg, (kb0 + i) * KB, kend, kh, n_kv, tid);
+        }
         cp_async_commit();
     }
     const AT(wg_rows) rw = AT(wg_rows_of)(it, R, G, wg, wwarp, lane);
@@ -418,13 +432,15 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
     for (int kb = kb0; kb < kb1; kb++) {
         const int bi = kb - kb0;
         const uint32_t kbuf = k_s + (uint32_t)(bi % ST) * KV_TILE, vbuf = v_s + (uint32_t)(bi % ST) * KV_TILE;
+        const int nb = kb + ST - 1; /* the block this iteration issues: its pages are looked up
+                                     * before the wait, so that their latency hides under it */
+        AT(wg_pages)(bt, nb, kend, pg);
         cp_async_wait<ST - 2>(); /* this thread's copies of block kb (and of Q) are done */
         fence_proxy_async();     /* its generic-proxy writes, before the wgmma (async proxy) reads */
         __syncthreads();         /* everyone's copies are in; everyone is done with block kb-1 */
         {   /* the block ST-1 ahead, into the stage block kb-1 used */
-            const int nb = kb + ST - 1;
             const uint32_t sb = (uint32_t)((bi + ST - 1) % ST) * KV_TILE;
-            if (nb < kb1) AT(wload_kv)<NT>(k_s + sb, v_s + sb, kc, vc, bt, nb * KB, kend, kh, n_kv, tid);
+            if (nb < kb1) AT(wload_kv)<NT>(k_s + sb, v_s + sb, kc, vc, pg, nb * KB, kend, kh, n_kv, tid);
             cp_async_commit();
         }
         const int kbase = kb * KB;
