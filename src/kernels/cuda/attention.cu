@@ -264,17 +264,22 @@ static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
     return (size_t)((ctx_len - q_len + t0 + n - 1) / SPLIT + 1);
 }
 
-static int split_group(int n_seqs, const int32_t *q_len, const int32_t *ctx_len, int qt, int n_kv_heads)
+/* INVAR_CUDA_ATTN=mma: the mma.sync kernel's work lists stay as they were measured for it.
+ * The same value on every call (a benign race). */
+static int attn_mma_env(void)
 {
-    if (g_split_group_force > 0) return g_split_group_force;
-    /* INVAR_CUDA_ATTN=mma keeps the mma.sync kernel's work list as it was (its one-buffer
-     * decode CTAs gain nothing from runs). The same value on every call (a benign race). */
     static int mma_env = -1;
     if (mma_env < 0) {
         const char *e = getenv("INVAR_CUDA_ATTN");
         mma_env = e && strcmp(e, "mma") == 0;
     }
-    if (mma_env) return 1;
+    return mma_env;
+}
+
+static int split_group(int n_seqs, const int32_t *q_len, const int32_t *ctx_len, int qt, int n_kv_heads)
+{
+    if (g_split_group_force > 0) return g_split_group_force;
+    if (attn_mma_env()) return 1; /* its one-buffer decode CTAs gain nothing from runs */
     size_t n = 0;
     for (int s = 0; s < n_seqs; s++)
         for (int t0 = 0; t0 < q_len[s]; t0 += qt) n += tile_splits(q_len[s], ctx_len[s], t0, qt);
@@ -324,12 +329,17 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
     out->n_items_split = (int)ni_split;
     out->n_partials = np;
     out->rows_max = maxtok * G;
-    /* Speed only (either way gives the same bits). Measured on the H200 (bench_attention):
-     * one-warp tiles (decode) were faster split at every batch and context tried, up to 256
-     * sequences; 8-warp tiles (prefill) were faster whole down to one wave of CTAs, so they
-     * split only when whole tiles would leave most SMs idle. */
+    /* Speed only (either way gives the same bits). Measured on the H200 (bench_attention,
+     * 2026-12-02, wgmma kernel): decode tiles were faster split except where whole tiles fill
+     * the chip (two CTAs per SM) and are long (16 or more splits each: 64 x 4k, 64 x 16k,
+     * 256 x 4k, 1.07-1.17x whole), where the in-CTA fold saves the partials' round trip and
+     * the merge launch (the mma.sync kernel's decode was faster split everywhere); prefill
+     * tiles were faster whole down to one wave of CTAs, so they split only when whole tiles
+     * would leave most SMs idle. */
     if (ni_split1 <= ni_tile) out->auto_split = 0;
-    else if (out->rows_max <= ATT_SMALL_ROWS) out->auto_split = 1;
+    else if (out->rows_max <= ATT_SMALL_ROWS)
+        out->auto_split = attn_mma_env() ||
+                          !(ni_tile * (size_t)n_kv_heads >= 2 * (size_t)sm_count && ni_split1 >= 16 * ni_tile);
     else out->auto_split = 2 * ni_tile * (size_t)n_kv_heads < (size_t)sm_count;
     return 0;
 }
