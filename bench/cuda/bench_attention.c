@@ -1,8 +1,8 @@
 /* Attention benchmark: decode (one query token per sequence) over batch x context, and
  * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). The
  * default (wgmma) kernel with the plan's KV split and with the other one, and the previous
- * mma.sync kernel (plan's split) in the same run; for decode also the wgmma kernel with one
- * KV split per CTA (the v3 work list) and with the 6-stage ring; for prefill the TMA kernel
+ * mma.sync kernel (plan's split) in the same run; for decode also the wgmma kernel split in
+ * runs of 1 (the v3 work list), 2, 4 and 8 splits per CTA and with the 6-stage ring; for prefill the TMA kernel
  * with consumer turns, the cp.async kernel and the persistent grid. */
 #include <math.h>
 #include "bench_cuda.h"
@@ -80,26 +80,34 @@ void bench_attention(FILE *js)
     invar_cuda_ctx *ctx = bench_ctx();
     for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) {
         int split, other, s_mma, s1, s6;
+        one(dec[i][0], dec[i][1], 1, -1, 0, &split); /* the first run of a case was up to 10% slow */
         double ms = one(dec[i][0], dec[i][1], 1, -1, 0, &split);
         double ms_other = one(dec[i][0], dec[i][1], 1, !split, 0, &other);
         double ms_mma = one(dec[i][0], dec[i][1], 1, -1, 1, &s_mma);
-        /* The wgmma decode's alternatives (same bits): one split per CTA (the v3 work list),
-         * and the 6-stage ring at one CTA per SM (runs of splits as the default). */
+        /* The wgmma decode's alternatives (same bits): split forced, in runs of 1 (the v3
+         * work list), 2, 4 and 8 splits per CTA, and the 6-stage ring at one CTA per SM. */
+        static const int runs[4] = {1, 2, 4, 8};
+        double ms_g[4];
         int gw = invar_cuda_testing_attn_split_group(1);
-        double ms_g1 = one(dec[i][0], dec[i][1], 1, -1, 0, &s1);
+        for (int r = 0; r < 4; r++) {
+            invar_cuda_testing_attn_split_group(runs[r]);
+            ms_g[r] = one(dec[i][0], dec[i][1], 1, 1, 0, &s1);
+        }
         invar_cuda_testing_attn_split_group(gw);
         int rw = invar_cuda_testing_attn_decode_ring(ctx, 6);
         double ms_r6 = one(dec[i][0], dec[i][1], 1, -1, 0, &s6);
         invar_cuda_testing_attn_decode_ring(ctx, rw);
         double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
         printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us; mma.sync kernel %.1f us, "
-               "%.2fx; one split per CTA %.1f us; 6-stage ring %.1f us, %.2f TB/s)\n",
+               "%.2fx; split in runs of 1/2/4/8: %.1f / %.1f / %.1f / %.1f us; 6-stage ring %.1f us, %.2f TB/s)\n",
                dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_mma * 1e3,
-               ms_mma / ms, ms_g1 * 1e3, ms_r6 * 1e3, bytes / (ms_r6 * 1e-3) / 1e12);
+               ms_mma / ms, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3,
+               bytes / (ms_r6 * 1e-3) / 1e12);
         fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d, "
-                "\"us_other_split\": %.2f, \"us_mma\": %.2f, \"us_one_split_per_cta\": %.2f, \"us_ring6\": %.2f}",
+                "\"us_other_split\": %.2f, \"us_mma\": %.2f, \"us_runs1\": %.2f, \"us_runs2\": %.2f, \"us_runs4\": %.2f, "
+                "\"us_runs8\": %.2f, \"us_ring6\": %.2f}",
                 first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3,
-                ms_mma * 1e3, ms_g1 * 1e3, ms_r6 * 1e3);
+                ms_mma * 1e3, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3);
         first = 0;
         fflush(stdout);
     }

@@ -1,7 +1,12 @@
 /* Per-head_dim kernels shared by both attention items (included by attention.cu with HD and
  * AT(name) defined): the in-order merge of split partials and the KV-cache write. */
 /* Folds a token-head's split partials in split order: one warp per (token, head), each lane
- * 2 dims per 64. */
+ * 2 dims per 64. The partials are read MERGE_AHEAD at a time before they are folded (the fold
+ * order is unchanged): a lone sequence at 32k has 128 splits, and one dependent global load
+ * per split made the merge most of its decode time. */
+#ifndef MERGE_AHEAD
+#define MERGE_AHEAD 16
+#endif
 __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
                                   const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
                                   int n_tokens, int n_heads, int reverse)
@@ -10,23 +15,37 @@ __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_
     if (gw >= n_tokens * n_heads) return;
     int tok = gw / n_heads, h = gw % n_heads;
     int nc = tok_pos[tok] / SPLIT + 1;
+    const float *base = ws + ((size_t)tok_pbase[tok] * n_heads + h) * (HD + 4);
+    const size_t stride = (size_t)n_heads * (HD + 4); /* one split's partials */
     float m = 0, l = 0, o[HD / 32];
-    for (int k = 0; k < nc; k++) {
-        const int c = reverse ? nc - 1 - k : k; /* reverse: negative control only */
-        const float *src = ws + ((size_t)(tok_pbase[tok] + c) * n_heads + h) * (HD + 4);
-        float mc = src[0], lc = src[1];
-        if (k == 0) {
-            m = mc;
-            l = lc;
+    for (int k0 = 0; k0 < nc; k0 += MERGE_AHEAD) {
+        float mc[MERGE_AHEAD], lc[MERGE_AHEAD], oc[MERGE_AHEAD][HD / 32];
 #pragma unroll
-            for (int i = 0; i < HD / 32; i++) o[i] = src[4 + lane + 32 * i];
-        } else {
-            float mn, a, b;
-            fold_scales(m, mc, &mn, &a, &b);
-            m = mn;
-            l = fold_val(l, lc, a, b);
+        for (int u = 0; u < MERGE_AHEAD; u++) {
+            if (k0 + u >= nc) break;
+            const int c = reverse ? nc - 1 - (k0 + u) : k0 + u; /* reverse: negative control only */
+            const float *src = base + (size_t)c * stride;
+            mc[u] = src[0];
+            lc[u] = src[1];
 #pragma unroll
-            for (int i = 0; i < HD / 32; i++) o[i] = fold_val(o[i], src[4 + lane + 32 * i], a, b);
+            for (int i = 0; i < HD / 32; i++) oc[u][i] = src[4 + lane + 32 * i];
+        }
+#pragma unroll
+        for (int u = 0; u < MERGE_AHEAD; u++) {
+            if (k0 + u >= nc) break;
+            if (k0 + u == 0) {
+                m = mc[u];
+                l = lc[u];
+#pragma unroll
+                for (int i = 0; i < HD / 32; i++) o[i] = oc[u][i];
+            } else {
+                float mn, a, b;
+                fold_scales(m, mc[u], &mn, &a, &b);
+                m = mn;
+                l = fold_val(l, lc[u], a, b);
+#pragma unroll
+                for (int i = 0; i < HD / 32; i++) o[i] = fold_val(o[i], oc[u][i], a, b);
+            }
         }
     }
     uint16_t *dst = out + ((size_t)tok * n_heads + h) * HD;
