@@ -253,9 +253,12 @@ static void *to_dev(const void *h, size_t bytes)
  * continuous copy ring (no prologue per split, more KV in flight) and writes every split's
  * partial as a one-split item would (each split still starts from a fresh state), so the
  * grouping changes the speed, never the bits. Chosen from the batch alone (measure and fill
- * agree): the largest of 1, 2, 4, 8 that leaves at least WG_SPLIT_CTAS CTAs (~8 waves of two
- * per SM on 132 SMs). g_split_group_force (tests, benchmarks): > 0 fixes it. */
-#define WG_SPLIT_CTAS 2048
+ * agree): the largest of 1, 2, 4, 8 that leaves at least WG_SPLIT_CTAS CTAs (one wave of two
+ * per SM on 132 SMs). Measured on the H200 (bench_attention, 2026-12-03, split forced, runs of
+ * 1/2/4/8): 1 x 32k 68.1 / 62.0 / 57.5 / 73.0 us, 16 x 4k 94.7 / 88.5 / 82.7 / 78.4, 1 x 8k
+ * best at 1, 16 x 32k and 64 x 4k at 8: the longest runs that still fill the chip.
+ * g_split_group_force (tests, benchmarks): > 0 fixes it. */
+#define WG_SPLIT_CTAS 256
 static int g_split_group_force;
 
 static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
