@@ -166,34 +166,56 @@ AI void kq_tile(const mm_args *a, const uint32_t type, const uint8_t *U, int64_t
 
 #define KQ_TILE_R(R_) kq_tile(a, type, U, i0, g, u0, nuc, R_)
 
+/* Chunk [u0, u0 + nuc) of group g: unpacked into U, then every panel over it; next: the
+ * records to bring towards L2 meanwhile (the next chunk in the caller's order), or NULL. */
+AI void kq_chunk(const mm_args *a, const uint32_t type, uint8_t *U, int64_t g, int64_t u0, int64_t nuc,
+                 const uint8_t *next) {
+    const size_t rb = kq_rec_bytes(type);
+    const uint8_t *recs = (const uint8_t *)a->w->packed + (size_t)(g * (a->w->k / 256) + u0) * rb;
+    for (int64_t u = 0; u < nuc; u++) unpack_unit(type, recs + u * rb, U + u * KUREC);
+    if (next)
+        for (size_t o = 0; o < (size_t)KU * rb; o += 64) _mm_prefetch((const char *)next + o, _MM_HINT_T1);
+    for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
+        switch (a->m - i0 < MM_PR ? a->m - i0 : MM_PR) {
+        case 1: KQ_TILE_R(1); break;
+        case 2: KQ_TILE_R(2); break;
+        case 3: KQ_TILE_R(3); break;
+        case 4: KQ_TILE_R(4); break;
+        case 5: KQ_TILE_R(5); break;
+        case 6: KQ_TILE_R(6); break;
+        case 7: KQ_TILE_R(7); break;
+        default: KQ_TILE_R(8); break;
+        }
+    }
+}
+
+/* Groups [g0, g1). Few rows (batched decode: the weights stream from DRAM) go group by
+ * group, reading each group's records in address order. Many rows (prefill) go chunk
+ * by chunk of K across the groups, so the chunk's activation panels stay in L2 for all
+ * the task's groups instead of being streamed again per group (ffn_down at K = 8192 and
+ * 512 rows holds 5 MiB of them). Either order performs each output's blocks in K order. */
 AI void kq_run(const mm_args *a, const uint32_t type, int64_t g0, int64_t g1) {
     const int64_t nu = a->w->k / 256;
     const size_t rb = kq_rec_bytes(type);
     const uint8_t *packed = (const uint8_t *)a->w->packed;
     _Alignas(64) uint8_t U[KU * KUREC];
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t u0 = 0; u0 < nu; u0 += KU) {
-            const int64_t nuc = nu - u0 < KU ? nu - u0 : KU;
-            const uint8_t *recs = packed + (size_t)(g * nu + u0) * rb;
-            for (int64_t u = 0; u < nuc; u++) unpack_unit(type, recs + u * rb, U + u * KUREC);
-            /* The records that follow towards L2 while the panels run (batched decode
-             * streams the weights from DRAM). */
-            if (g + 1 < g1 || u0 + nuc < nu)
-                for (size_t o = 0; o < (size_t)nuc * rb; o += 64)
-                    _mm_prefetch((const char *)recs + (size_t)nuc * rb + o, _MM_HINT_T1);
-            for (int64_t i0 = 0; i0 < a->m; i0 += MM_PR) {
-                switch (a->m - i0 < MM_PR ? a->m - i0 : MM_PR) {
-                case 1: KQ_TILE_R(1); break;
-                case 2: KQ_TILE_R(2); break;
-                case 3: KQ_TILE_R(3); break;
-                case 4: KQ_TILE_R(4); break;
-                case 5: KQ_TILE_R(5); break;
-                case 6: KQ_TILE_R(6); break;
-                case 7: KQ_TILE_R(7); break;
-                default: KQ_TILE_R(8); break;
-                }
+    if (a->m <= 2 * MM_PR) {
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t u0 = 0; u0 < nu; u0 += KU) {
+                const int64_t nuc = nu - u0 < KU ? nu - u0 : KU;
+                const int last = g + 1 == g1 && u0 + nuc == nu;
+                kq_chunk(a, type, U, g, u0, nuc, last ? NULL : packed + (size_t)(g * nu + u0 + nuc) * rb);
             }
+        return;
+    }
+    for (int64_t u0 = 0; u0 < nu; u0 += KU) {
+        const int64_t nuc = nu - u0 < KU ? nu - u0 : KU;
+        for (int64_t g = g0; g < g1; g++) {
+            const uint8_t *next = g + 1 < g1 ? packed + (size_t)((g + 1) * nu + u0) * rb
+                                  : u0 + nuc < nu ? packed + (size_t)(g0 * nu + u0 + nuc) * rb : NULL;
+            kq_chunk(a, type, U, g, u0, nuc, next);
         }
+    }
 }
 
 void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1) { kq_run(a, INVAR_T_Q4_K, g0, g1); }
