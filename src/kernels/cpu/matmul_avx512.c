@@ -514,8 +514,8 @@ void mm_quantize_panel_avx512(const mm_kernel *kt, const float *x, int64_t ldx, 
                 const float fs = (float)(s0 + s1);
                 memcpy(&aux, &fs, 4);
             } else if (kind == MM_PANEL_HALVES) {
-                const int32_t aux2 = offset * s1;
-                aux = offset * s0;
+                const int32_t aux2 = MM_PANEL_MAGIC + offset * s1;
+                aux = MM_PANEL_MAGIC + offset * s0;
                 memcpy(blk + 40 * R + 4 * r, &aux2, 4);
             } else {
                 aux = offset * (s0 + s1);

@@ -87,12 +87,16 @@ typedef struct {
  *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)  [| aux2[R]]
  * with aux the type's row-only block constant, exact: Q4_0 int32 -8*sum(q),
  * Q8_0 int32 -128*sum(q), Q4_1, Q4_K, Q5_K float (float)sum(q); Q6_K (MM_PANEL_HALVES)
- * int32 -32*sum(q[0..15]) and aux2 int32 -32*sum(q[16..31]). The R rows of a block sit
- * side by side, so a kernel addresses any row of the panel at a constant offset from one
- * pointer. PB = 40: the size of the row layout of mm_xq (k + 8 bytes per block); 44 with
- * aux2 (cpu_matmul_scratch_bytes leaves room for it). */
+ * int32 MM_PANEL_MAGIC - 32*sum(q[0..15]) and aux2 the same of q[16..31] (the start of
+ * a dot chain whose int32 result, read as a float, is 1.5 * 2^23 + the exact dot). The R
+ * rows of a block sit side by side, so a kernel addresses any row of the panel at a
+ * constant offset from one pointer. PB = 40: the size of the row layout of mm_xq (k + 8
+ * bytes per block); 44 with aux2 (cpu_matmul_scratch_bytes leaves room for it). */
 #define MM_PR 8
 #define MM_PB 40 /* bytes per row per block, without aux2 */
+/* The bits of 1.5 * 2^23: added to an integer n with |n| < 2^22, they give the bits of the
+ * float 1.5 * 2^23 + n exactly (one unit per integer in that binade). */
+#define MM_PANEL_MAGIC 0x4B400000
 
 struct mm_kernel;
 typedef struct mm_args mm_args;
@@ -130,7 +134,7 @@ typedef enum {
     MM_PANEL_NONE,   /* no panels: the kernels read the row layout of mm_xq */
     MM_PANEL_OFFSET, /* int32 panel_offset * sum(q): the weights' offset, folded into the dot */
     MM_PANEL_SUM,    /* float (float)sum(q): multiplies the weight block's minimum */
-    MM_PANEL_HALVES, /* int32 panel_offset * sum of each 16-element half (aux, aux2) */
+    MM_PANEL_HALVES, /* MM_PANEL_MAGIC + panel_offset * sum of each 16-element half (aux, aux2) */
 } mm_panel_kind;
 
 #define MM_N_ISA 3 /* cpu_isa values: scalar, AVX2, AVX-512 */

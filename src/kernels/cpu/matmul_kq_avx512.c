@@ -17,12 +17,22 @@
  *               integers below 2^24, so ds * (float)dot rounds the exact d * isum once,
  *               as d * (float)isum does, and fnmadd(dm, (float)sum(x), .) subtracts the
  *               exact dmin * imin before its one rounding, as fnmadd(dmin, (float)imin, .).
+ *               Zeros: a column's quants are unpacked as 0 where its sc is 0, so that
+ *               ds * (float)dot is then d * +0, the reference's sign of zero, for any
+ *               dot. (One case is left: with mn = 0, sum(x) < 0 and ds * dot a zero,
+ *               dm * (float)sum(x) is a zero of the other sign than dmin * +0, which
+ *               shows in f only when ds * dot is -0, i.e. a negative d; llama.cpp's
+ *               quantisers write d, dmin >= 0.)
  *   Q6_K:       f = d * (float)isum, isum = sl * plo + sh * phi with plo, phi the two
- *               16-element halves' dots less 32 * their activation sums (the panel's aux
- *               and aux2 start the dpbusd chains). |sl * plo| <= 128 * 16 * 127 * 32 <
- *               2^23 and |isum| < 2^24, so (float)isum is computed exactly as
- *               fma(sh, (float)phi, sl * (float)plo) (the product and the sum are
- *               integers that float holds exactly), then d * that, as the reference.
+ *               16-element halves' dots less 32 * their activation sums. The panel's aux
+ *               and aux2 (MM_PANEL_MAGIC - 32 * half sum) start the dpbusd chains, so a
+ *               finished chain read as a float is X = M + plo exactly (M = 1.5 * 2^23,
+ *               |plo| <= 16 * 127 * 32 < 2^22): no conversion instruction. Then
+ *               sl * plo = fma(sl, X, -sl * M) (-sl * M is exact, and so is the result:
+ *               an integer below 128 * 2^16 < 2^24), phi = Y - M (exact), and
+ *               (float)isum = fma(sh, phi, sl * plo), exact because |isum| < 2^24; an
+ *               exact zero comes out +0 at each step, as (float) of the integer 0. Then
+ *               d * that, as the reference.
  * then acc = fma(dx, f, acc) per block in K order. Every row of a panel gets the same
  * per-lane operations whatever R is, so neither m nor the panel split changes a bit. */
 #include <immintrin.h>
@@ -74,7 +84,13 @@ AI void unpack_unit(const uint32_t type, const uint8_t *rec, uint8_t *U) {
         stf(U + KU_D, f16x16(rec + MM_Q6_D));
         return;
     }
-    /* Q4_K / Q5_K: block j = 2c + h is nibble h of words 8c..8c+7 (Q5_K: | bit j of qh). */
+    /* Q4_K / Q5_K: block j = 2c + h is nibble h of words 8c..8c+7 (Q5_K: | bit j of qh);
+     * the quants of a column whose block scale is 0 as zeros (see the top of the file). */
+    __mmask16 live[8];
+    UNROLL for (int j = 0; j < 8; j++) {
+        const __m512i sc = u8x16_epi32(rec + 2112 + 16 * j);
+        live[j] = _mm512_test_epi32_mask(sc, sc);
+    }
     UNROLL for (int c = 0; c < 4; c++) UNROLL for (int t = 0; t < 8; t++) {
         const __m512i W = ldw(rec + 64 * (8 * c + t));
         __m512i lo = _mm512_and_si512(W, m4), hi = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
@@ -83,8 +99,8 @@ AI void unpack_unit(const uint32_t type, const uint8_t *rec, uint8_t *U) {
             lo = _mm512_or_si512(lo, q5_hbit(H, 2 * c));
             hi = _mm512_or_si512(hi, q5_hbit(H, 2 * c + 1));
         }
-        st(U + 512 * (2 * c) + 64 * t, lo);
-        st(U + 512 * (2 * c + 1) + 64 * t, hi);
+        st(U + 512 * (2 * c) + 64 * t, _mm512_maskz_mov_epi32(live[2 * c], lo));
+        st(U + 512 * (2 * c + 1) + 64 * t, _mm512_maskz_mov_epi32(live[2 * c + 1], hi));
     }
     const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
     UNROLL for (int j = 0; j < 8; j++) {
@@ -111,9 +127,10 @@ AI void kmin_rows(const uint8_t *u, int j, const uint8_t *xb, const int R, __m51
 }
 
 /* Q6_K rows [r0, r1) of block j (see kmin_rows); the two halves' chains start at the
- * panel's -32 * half sums. */
-AI void q6_rows(const __m512i *Q, __m512 sl, __m512 sh, __m512 d, const uint8_t *xb, const int R, const int r0,
-                const int r1, __m512 *acc) {
+ * panel's aux and aux2 (see the top of the file for the float steps). */
+AI void q6_rows(const __m512i *Q, __m512 sl, __m512 nslm, __m512 sh, __m512 d, const uint8_t *xb, const int R,
+                const int r0, const int r1, __m512 *acc) {
+    const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(MM_PANEL_MAGIC));
     __m512i PL[MM_PR], PH[MM_PR];
     UNROLL for (int r = r0; r < r1; r++) {
         PL[r] = bcasti(xb + 36 * R + 4 * r);
@@ -124,7 +141,8 @@ AI void q6_rows(const __m512i *Q, __m512 sl, __m512 sh, __m512 d, const uint8_t 
         PH[r] = dpm(PH[r], Q[4 + t], xb + 32 * r + 16 + 4 * t);
     }
     UNROLL for (int r = r0; r < r1; r++) {
-        const __m512 isum = _mm512_fmadd_ps(sh, _mm512_cvtepi32_ps(PH[r]), _mm512_mul_ps(sl, _mm512_cvtepi32_ps(PL[r])));
+        const __m512 slpl = _mm512_fmadd_ps(sl, _mm512_castsi512_ps(PL[r]), nslm);
+        const __m512 isum = _mm512_fmadd_ps(sh, _mm512_sub_ps(_mm512_castsi512_ps(PH[r]), magic), slpl);
         acc[r] = _mm512_fmadd_ps(bcastf(xb + 32 * R + 4 * r), _mm512_mul_ps(d, isum), acc[r]);
     }
 }
@@ -135,9 +153,10 @@ AI void q6_block(const uint8_t *u, int j, const uint8_t *xb, const int R, __m512
     const __m512 sl = _mm512_load_ps((const void *)(u + KU_DS + 64 * j));
     const __m512 sh = _mm512_load_ps((const void *)(u + KU_DM + 64 * j));
     const __m512 d = _mm512_load_ps((const void *)(u + KU_D));
+    const __m512 nslm = _mm512_mul_ps(sl, _mm512_set1_ps(-12582912.0f)); /* -sl * M, exact */
     /* Four rows at a time: 16 chains of eight rows would not fit the 32 registers. */
-    q6_rows(Q, sl, sh, d, xb, R, 0, R < 4 ? R : 4, acc);
-    if (R > 4) q6_rows(Q, sl, sh, d, xb, R, 4, R, acc);
+    q6_rows(Q, sl, nslm, sh, d, xb, R, 0, R < 4 ? R : 4, acc);
+    if (R > 4) q6_rows(Q, sl, nslm, sh, d, xb, R, 4, R, acc);
 }
 
 /* One tile: rows [i0, i0 + R) x group g over the nuc unpacked units of U, which start at
