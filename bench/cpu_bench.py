@@ -132,9 +132,20 @@ def build_probe(name):
 
 
 def fma_peak(exe, threads, reps):
-    """Aggregate float32 FMA throughput, GMAC/s per repetition (bench/fma_peak.c)."""
+    """Aggregate float32 FMA throughput, GMAC/s per repetition (bench/fma_peak.c; the
+    same interface: bench/int8_peak.c, int8 dot products)."""
     out = subprocess.run([exe, str(threads), str(reps)], check=True, capture_output=True, text=True).stdout
     return json.loads(out)["gmacs"]
+
+
+def int8_probe():
+    """bench/int8_peak built, or None where the compiler or CPU lacks AVX-512 VNNI."""
+    try:
+        exe = build_probe("int8_peak")
+        fma_peak(exe, 1, 1)
+        return exe
+    except (subprocess.CalledProcessError, OSError):
+        return None
 
 
 def stream_bandwidth(exe, threads, size_mib, reps):
@@ -407,11 +418,11 @@ def paired_scaling(results, engine, model, t1, t2):
     return median([y / x for x, y in zip(a, b)])
 
 
-def summarise(results, models, bw, threads_list, ns, fma=None, macs=None):
+def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=None):
     """Table rows and the goal checks of the issue."""
     rows, goals = [], []
     tmax = max(threads_list)
-    fma, macs = fma or {}, macs or {}
+    fma, macs, int8 = fma or {}, macs or {}, int8 or {}
     for name, _, wb, types in models:
         float_model = not any(ty.startswith("Q") for ty in types)
         for test in ("pp", "tg"):
@@ -430,6 +441,13 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None):
                     row["fma_bound"] = bound
                     row["invar_fma_fraction"] = a / bound if a else None
                     row["llama_fma_fraction"] = b / bound if b else None
+                elif not float_model and t in int8 and name in macs:
+                    # Quantised weights: the matmuls' multiply-adds are int8 dot products
+                    # (vpdpbusd), so the int8 peak bounds their prefill.
+                    bound = int8[t] * 1e9 / macs[name]
+                    row["int8_bound"] = bound
+                    row["invar_int8_fraction"] = a / bound if a else None
+                    row["llama_int8_fraction"] = b / bound if b else None
                 rows.append(row)
     for n in ns:
         a = find(results, model="Q4_1", engine="invar", threads=tmax, test="agg", n_seq=n)
@@ -453,6 +471,9 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None):
         if pp.get("fma_bound") and pp["llama.cpp"]:
             extra["target_over_fma_bound"] = 2 * pp["llama.cpp"] / pp["fma_bound"]
         goal(f"{name} pp512 >= 2x llama.cpp", pp["ratio"], 2.0, pp["ratio"] and pp["ratio"] >= 2.0, **extra)
+        f = pp.get("invar_int8_fraction")
+        if f is not None:
+            goal(f"{name} pp512 >= 50% of the int8 dot-product peak", f, 0.5, f >= 0.5)
     for n in (16, 64):
         r = next((r for r in rows if r["test"] == f"agg x{n}"), None)
         if r:
@@ -474,8 +495,8 @@ def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
-def print_table(rows, goals, bw, models, fma=None, macs=None):
-    fma, macs = fma or {}, macs or {}
+def print_table(rows, goals, bw, models, fma=None, macs=None, int8=None):
+    fma, macs, int8 = fma or {}, macs or {}, int8 or {}
     print()
     print("weights read per decoded token: " + ", ".join(f"{n} {wb / 1e6:.1f} MB" for n, _, wb, _ in models))
     print("streaming read (1 GiB, median): " + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(bw.items())))
@@ -483,19 +504,23 @@ def print_table(rows, goals, bw, models, fma=None, macs=None):
         print("float32 FMA peak (median): " + ", ".join(f"{t} thr {g:.1f} GMAC/s" for t, g in sorted(fma.items()))
               + "; prefill multiply-adds per token: "
               + ", ".join(f"{n} {m / 1e6:.1f} M" for n, m in macs.items()))
+    if int8:
+        print("int8 dot-product peak (vpdpbusd, median): "
+              + ", ".join(f"{t} thr {g:.1f} GMAC/s" for t, g in sorted(int8.items())))
     print()
     print(f"{'model':6} {'test':9} {'thr':>3} {'invar tok/s':>12} {'llama.cpp':>10} {'ratio':>6} "
-          f"{'invar %bw':>9} {'llama %bw':>9} {'invar %fma':>10} {'llama %fma':>10}")
+          f"{'invar %bw':>9} {'llama %bw':>9} {'invar %peak':>11} {'llama %peak':>11}")
 
     def pct(x):
         return fmt(x * 100 if x else None, ".0f")
     for r in rows:
         print(f"{r['model']:6} {r['test']:9} {r['threads']:>3} {fmt(r['invar']):>12} {fmt(r['llama.cpp']):>10} "
               f"{fmt(r['ratio'], '.2f'):>6} {pct(r.get('invar_bw_fraction')):>9} "
-              f"{pct(r.get('llama_bw_fraction')):>9} {pct(r.get('invar_fma_fraction')):>10} "
-              f"{pct(r.get('llama_fma_fraction')):>10}")
-    print("(%bw: decode against the streaming-read bound; %fma: float-weight prefill against the "
-          "float32 FMA peak)")
+              f"{pct(r.get('llama_bw_fraction')):>9} "
+              f"{pct(r.get('invar_fma_fraction', r.get('invar_int8_fraction'))):>11} "
+              f"{pct(r.get('llama_fma_fraction', r.get('llama_int8_fraction'))):>11}")
+    print("(%bw: decode against the streaming-read bound; %peak: prefill against the float32 FMA "
+          "peak (float weights) or the int8 dot-product peak (quantised weights))")
     print()
     for g in goals:
         mark = {True: "MET ", False: "MISS", None: "n/a "}[g["met"]]
@@ -508,7 +533,12 @@ def print_table(rows, goals, bw, models, fma=None, macs=None):
 
 
 def plot(path, rows, models, bw, ns, threads_list):
-    import matplotlib
+    """Draws the PNG; returns False (nothing drawn) where matplotlib is not installed, e.g.
+    in a private llama.cpp venv: the JSON holds every figure."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     tmax = max(threads_list)
@@ -565,6 +595,7 @@ def plot(path, rows, models, bw, ns, threads_list):
     ax[3].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 # ----------------------------------------------------------------------------- main
@@ -620,7 +651,7 @@ def main():
         sys.exit("--model takes NAME=PATH")
     models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random) + extra
               if chosen is None or n in chosen or (n, p) in extra]
-    stream, fma = build_probe("stream_read"), build_probe("fma_peak")
+    stream, fma, i8 = build_probe("stream_read"), build_probe("fma_peak"), int8_probe()
     macs = {n: prefill_macs_per_token(p) for n, p, _, _ in models}
     exact = make_prompts(invar, DEFAULT_MODEL, 1234)
     prompt_cache = {n: [exact(n) for _ in range(64 * 3 + 8)] for n in (SHORT_PROMPT,)}
@@ -642,6 +673,7 @@ def main():
         bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
     cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
     fma_samples = {t: fma_peak(fma, t, 3) for t in threads_list}
+    int8_samples = {t: fma_peak(i8, t, 3) for t in threads_list} if i8 else {}
 
     results = []
     tag = args.tag or started.strftime("%Y%m%d-%H%M")
@@ -676,10 +708,13 @@ def main():
     for t in threads_list:
         bw_samples[t] += stream_bandwidth(stream, t, 1024, args.reps)
         fma_samples[t] += fma_peak(fma, t, 3)
+        if i8:
+            int8_samples[t] += fma_peak(i8, t, 3)
     bw = {t: median(v) for t, v in bw_samples.items()}
     fma_med = {t: median(v) for t, v in fma_samples.items()}
-    rows, goals = summarise(results, models, bw, threads_list, ns, fma_med, macs)
-    print_table(rows, goals, bw, models, fma_med, macs)
+    int8_med = {t: median(v) for t, v in int8_samples.items()}
+    rows, goals = summarise(results, models, bw, threads_list, ns, fma_med, macs, int8_med)
+    print_table(rows, goals, bw, models, fma_med, macs, int8_med)
     print(f"\n(96 MiB read, fits the last-level cache: "
           + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(cache_bw.items())) + ")")
     load1 = load_average()
@@ -703,6 +738,7 @@ def main():
                    for n, p, wb, ty in models],
         "stream_read_gbps": {"1GiB_samples": bw_samples, "1GiB_median": bw, "96MiB_median": cache_bw},
         "fma_peak_gmacs": {"samples": fma_samples, "median": fma_med},
+        "int8_peak_gmacs": {"samples": int8_samples, "median": int8_med},
         "prefill_macs_per_token": macs,
         "results": results, "table": rows, "goals": goals,
     }
@@ -710,9 +746,10 @@ def main():
     with open(jpath, "w") as f:
         json.dump(report, f, indent=1)
     ppath = os.path.join(args.out_dir, f"cpu_{tag}.png")
-    plot(ppath, rows, models, bw, ns, threads_list)
+    drawn = plot(ppath, rows, models, bw, ns, threads_list)
     os.remove(partial)
-    print(f"\nwrote {os.path.relpath(jpath, ROOT)} and {os.path.relpath(ppath, ROOT)}")
+    print(f"\nwrote {os.path.relpath(jpath, ROOT)}"
+          + (f" and {os.path.relpath(ppath, ROOT)}" if drawn else " (no PNG: matplotlib not installed)"))
 
 
 if __name__ == "__main__":

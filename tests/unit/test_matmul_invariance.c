@@ -3,7 +3,9 @@
  * For every weight type, every ISA this machine supports and thread pools of 1 and 2
  * threads: a pool of distinct activation rows is placed at random positions in batches
  * of M = 1..64 and a spread of sizes up to 301; each row of the M-row result must equal
- * (memcmp) that row's M = 1 result. Also: all ISAs give identical bits.
+ * (memcmp) that row's M = 1 result. Also: all ISAs give identical bits. On AVX-512 the
+ * K-quants run their one-row kernels at M = 1 and the panel kernels from M = 2 (panels of
+ * 8 rows and a remainder panel of 1..7), so the sweep proves those agree bit for bit.
  * Negative control: the same check on cpu_matmul_splitk_by_m (same maths, K split
  * by m) must find mismatches, showing the check can detect non-invariance.
  * Q5_K, packed natively since it got its own kernels, must keep the bits of the decoded

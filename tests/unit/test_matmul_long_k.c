@@ -1,9 +1,9 @@
 /* cpu_matmul invariance at long K (the model's 1536 and beyond), where the AVX-512
- * kernels split K into chunks (panel types with many rows; float types from 16 rows,
- * whose chains resume from y every 1024 values of k): for every weight type (at each K
- * that is a whole number of its blocks), every ISA and batch sizes across all kernel
- * paths, each row's bits must equal that row computed alone, and every ISA must equal
- * scalar. (test_matmul_invariance covers short K with a dense sweep of m.) */
+ * kernels split K into chunks (panel types with many rows, K-quants from 2 rows; float
+ * types from 16 rows, whose chains resume from y every 1024 values of k): for every
+ * weight type (at each K that is a whole number of its blocks), every ISA and batch sizes
+ * across all kernel paths, each row's bits must equal that row computed alone, and every
+ * ISA must equal scalar. (test_matmul_invariance covers short K with a dense sweep of m.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +17,9 @@
 #define N_COLS 37
 #define MAX_M 100
 
-static const int64_t ks[] = {1536, 1600, 2112}; /* 1600: 50 blocks, a short last chunk; 2112: 3 float chunks */
+/* 1600: 50 blocks, a short last chunk; 2112: 3 float chunks; 1792: 7 K-quant units, chunks
+ * of 3 + 3 + 1 in the AVX-512 panel kernels (1536: 3 + 3) */
+static const int64_t ks[] = {1536, 1600, 1792, 2112};
 static const int64_t ms[] = {2, 8, 9, 16, 17, 24, 25, 33, 64, 100};
 
 static void check(uint32_t type, int64_t k, threadpool *tp) {
@@ -71,7 +73,7 @@ static void test_long_k_invariance(void **state) {
     for (size_t t = 0; t < types.n; t++)
         for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++)
             if (ks[j] % mm_block_elems(types.id[t]) == 0) check(types.id[t], ks[j], tp), checked++;
-    assert_true(checked >= 3 * 6); /* every K for the 32-block and float types, 1536 for K-quants */
+    assert_true(checked >= 4 * 6); /* every K for the 32-block and float types, 1536 and 1792 for K-quants */
     threadpool_destroy(tp);
 }
 

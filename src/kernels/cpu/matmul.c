@@ -120,8 +120,10 @@ size_t cpu_matmul_scratch_bytes(const cpu_weight *w, int64_t m) {
     const mm_kernel *kt = mm_kernel_of(w->type);
     if (m <= 0 || !kt || !kt->quantised) return 0;
     const size_t nb = (size_t)(w->k / MM_QK);
+    /* The row layout; the panels take as much, plus 4 bytes per block with aux2. */
     return 64 + align64((size_t)m * (size_t)w->k) + align64((size_t)m * nb * sizeof(float)) +
-           align64((size_t)m * nb * 2 * sizeof(int16_t));
+           align64((size_t)m * nb * 2 * sizeof(int16_t)) +
+           (kt->panel == MM_PANEL_HALVES ? align64((size_t)m * nb * 4) : 0);
 }
 
 static mm_xq carve_xq(const cpu_weight *w, int64_t m, void *scratch) {
@@ -152,10 +154,11 @@ typedef struct {
 static void quantize_rows(const mm_args *a, cpu_isa isa, int64_t i0, int64_t i1) {
     const int64_t k = a->w->k, nb = a->xq.nb;
     if (a->xp) { /* panels; i0 is a multiple of MM_PR */
+        const size_t pb = (size_t)mm_panel_bytes(a->kt);
         for (int64_t p0 = i0; p0 < i1; p0 += MM_PR) {
             const int R = (int)(a->m - p0 < MM_PR ? a->m - p0 : MM_PR);
             mm_quantize_panel_avx512(a->kt, a->x + p0 * a->ldx, a->ldx, R, k,
-                                     a->xp + (size_t)p0 * (size_t)nb * MM_PB);
+                                     a->xp + (size_t)p0 * (size_t)nb * pb);
         }
         return;
     }
@@ -199,7 +202,8 @@ static void prepare_activations(threadpool *tp, mm_args *a, cpu_isa isa, void *s
     const int64_t m = a->m, row_tasks = (m + QUANT_ROWS_PER_TASK - 1) / QUANT_ROWS_PER_TASK;
     if (a->kt->quantised) {
         a->xq = carve_xq(w, m, scratch);
-        if (isa == CPU_ISA_AVX512 && a->kt->panel != MM_PANEL_NONE) a->xp = (uint8_t *)a->xq.q;
+        if (isa == CPU_ISA_AVX512 && a->kt->panel != MM_PANEL_NONE && m >= a->kt->panel_min_m)
+            a->xp = (uint8_t *)a->xq.q;
         mm_task T = {a, isa};
         if (m * w->k >= 32768) threadpool_run(tp, task_quantize, &T, row_tasks);
         else quantize_rows(a, isa, 0, m);
@@ -281,8 +285,8 @@ void cpu_matmul_multi(threadpool *tp, int nw, const cpu_weight *const *w, const 
 }
 
 size_t cpu_matmul_grouped_scratch_bytes(const cpu_weight *w, int64_t total_m, int64_t n) {
-    /* Each group's carve rounds up at most four times 64 bytes over its share. */
-    return cpu_matmul_scratch_bytes(w, total_m) + (size_t)n * 256;
+    /* Each group's carve adds at most 64 bytes and five round-ups to 64 over its share. */
+    return cpu_matmul_scratch_bytes(w, total_m) + (size_t)n * 384;
 }
 
 void cpu_matmul_grouped(threadpool *tp, int n, const cpu_matmul_group *g, void *scratch) {

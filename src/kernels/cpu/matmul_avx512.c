@@ -9,7 +9,8 @@
  *
  * Q4_0, Q4_1 and Q8_0 (the panel types) read the activations as 8-row panels
  * (matmul_internal.h) and, from three panels up, an unpacked copy of each weight group
- * in L1 (run_panels); K-quants read the row layout. Float types: see below.
+ * in L1 (run_panels). K-quants: one row (decode) reads the row layout with the one-row
+ * kernels here; from two rows, panels (matmul_kq_avx512.c). Float types: see below.
  *
  * dpbusd wants unsigned x signed: nibble and six-bit quants are already unsigned and
  * their offsets (-8, -32) come out of the activation sums; Q8_0 weights are made
@@ -18,19 +19,16 @@
 #include <string.h>
 
 #include "formats/quant.h"
+#include "kernels/cpu/matmul_avx512_ops.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #define MR 8
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 16")
 
 AI __m512i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
-AI __m512 f16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-AI __m512i ldw(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
 AI __m512i dp(__m512i acc, __m512i w, const int8_t *x) { return _mm512_dpbusd_epi32(acc, w, bcast4(x)); }
 
 /* Row pointers of the R rows starting at i0. */
@@ -59,56 +57,6 @@ AI int xsum(const xrows *X, int r, int64_t b) {
 /* acc = fma(dx, f, acc), the scalar reference's fmaf. */
 AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_set1_ps(dx), f, acc); }
 
-/* Software prefetch of the weight stream, this far ahead: one core's hardware
- * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
-AI void prefetch_rec(const uint8_t *rec, int bytes) {
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, PF_HINT);
-}
-
-AI __m512i u8x16_epi32(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
-AI __m512i i8x16_epi32(const uint8_t *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
-
-AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q4_K;
-        prefetch_rec(rec, MM_REC_Q4_K);
-        const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
-        /* Sub-block j = 2c + h: nibble h of words 8c..8c+7. Blocks in K order. */
-        for (int j = 0; j < 8; j++) {
-            const int c = j / 2, h = j & 1;
-            const int64_t b = u * 8 + j;
-            __m512i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m512i W = ldw(rec + 64 * (8 * c + t));
-                Q[t] = _mm512_and_si512(h ? _mm512_srli_epi16(W, 4) : W, m4);
-            }
-            const __m512i sc = u8x16_epi32(rec + 2112 + 16 * j), mn = u8x16_epi32(rec + 2240 + 16 * j);
-            UNROLL for (int r = 0; r < R; r++) {
-                const int8_t *x = X.q + r * X.k + 32 * b;
-                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-                UNROLL for (int t = 0; t < 8; t += 2) {
-                    p0 = dp(p0, Q[t], x + 4 * t);
-                    p1 = dp(p1, Q[t + 1], x + 4 * t + 4);
-                }
-                __m512i isum = _mm512_mullo_epi32(sc, _mm512_add_epi32(p0, p1));
-                __m512i imin = _mm512_mullo_epi32(mn, _mm512_set1_epi32(xsum(&X, r, b)));
-                __m512 f = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin),
-                                            _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
-                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
-            }
-        }
-    }
-}
-
 /* Prefetch of a record spread over the `parts` steps of its computation (this is step
  * i), as the AVX2 one-row kernels do: a burst of a whole K-quant record's lines before
  * its computation fills the miss buffers and stalls the core. */
@@ -120,7 +68,7 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __
     } while (0)
 
 /* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
- * min (k_q4_k's operations), entered into acc. */
+ * min (mm_unit_q4_K's operations), entered into acc. */
 AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmin, __m512i p, int xs, float dx) {
     const __m512i isum = _mm512_mullo_epi32(u8x16_epi32(rec + 2112 + 16 * j), p);
     const __m512i imin = _mm512_mullo_epi32(u8x16_epi32(rec + 2240 + 16 * j), _mm512_set1_epi32(xs));
@@ -128,18 +76,11 @@ AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmi
     return accum(acc, dx, f);
 }
 
-/* Q5_K's fifth bit of block j (bit j of each qh byte) as 0x10; the 16-bit shifts move
- * no bit across a byte that the mask keeps. */
-AI __m512i q5_hbit(__m512i H, int j) {
-    const __m512i m = _mm512_set1_epi8(0x10);
-    return j <= 4 ? _mm512_and_si512(_mm512_sll_epi16(H, _mm_cvtsi32_si128(4 - j)), m)
-                  : _mm512_and_si512(_mm512_srl_epi16(H, _mm_cvtsi32_si128(j - 4)), m);
-}
-
 /* One activation row (decode) of Q4_K (Q5 = 0) or Q5_K (Q5 = 1): each quant word (and
  * qh word) loaded once for the two blocks of its low and high nibbles, four independent
  * dpbusd chains, the record's prefetch spread over its four word chunks. Per lane the
- * operations and their order are k_q4_k's / k_q5_k's (the dots are exact integers). */
+ * operations and their order are mm_unit_q4_K's / mm_unit_q5_K's (the dots are exact
+ * integers). */
 AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc, const int Q5) {
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -172,90 +113,12 @@ AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
 AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) { k_kmin_row(a, grp, i0, acc, 0); }
 AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) { k_kmin_row(a, grp, i0, acc, 1); }
 
-/* Q5_K: k_q4_k's operations on five-bit quants (the record is Q4_K's plus qh words). */
-AI void k_q5_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q5_K;
-        prefetch_rec(rec, MM_REC_Q5_K);
-        const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
-        for (int j = 0; j < 8; j++) {
-            const int c = j / 2, h = j & 1;
-            const int64_t b = u * 8 + j;
-            __m512i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m512i W = ldw(rec + 64 * (8 * c + t));
-                Q[t] = _mm512_or_si512(_mm512_and_si512(h ? _mm512_srli_epi16(W, 4) : W, m4),
-                                       q5_hbit(ldw(rec + 2368 + 64 * t), j));
-            }
-            UNROLL for (int r = 0; r < R; r++) {
-                const int8_t *x = X.q + r * X.k + 32 * b;
-                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-                UNROLL for (int t = 0; t < 8; t += 2) {
-                    p0 = dp(p0, Q[t], x + 4 * t);
-                    p1 = dp(p1, Q[t + 1], x + 4 * t + 4);
-                }
-                acc[r] = kmin_block(acc[r], rec, j, d, dmin, _mm512_add_epi32(p0, p1), xsum(&X, r, b), X.d[r * X.nb + b]);
-            }
-        }
-    }
-}
-
-AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q6_K;
-        prefetch_rec(rec, MM_REC_Q6_K);
-        const __m512 d = f16x16(rec + MM_Q6_D);
-        /* Activation block ab = 4n + qtr: ql words A = 16n+t (low nibble for qtr 0, high
-         * for 2), B = 16n+8+t (qtr 1, 3); qh word 8n+t holds bits 2qtr..2qtr+1. */
-        for (int ab = 0; ab < 8; ab++) {
-            const int n = ab / 4, qtr = ab % 4;
-            const int64_t b = u * 8 + ab;
-            __m512i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m512i L = ldw(rec + MM_Q6_QL(16 * n + 8 * (qtr & 1) + t));
-                __m512i H = ldw(rec + MM_Q6_QH(8 * n + t));
-                __m512i lo = qtr >= 2 ? _mm512_srli_epi16(L, 4) : L;
-                __m512i hb;
-                switch (qtr) {
-                case 0: hb = _mm512_slli_epi16(H, 4); break;
-                case 1: hb = _mm512_slli_epi16(H, 2); break;
-                case 2: hb = H; break;
-                default: hb = _mm512_srli_epi16(H, 2); break;
-                }
-                Q[t] = _mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_and_si512(hb, m30));
-            }
-            const __m512i sl = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab));
-            const __m512i sh = i8x16_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1));
-            UNROLL for (int r = 0; r < R; r++) {
-                const int8_t *x = X.q + r * X.k + 32 * b;
-                __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
-                UNROLL for (int t = 0; t < 4; t++) {
-                    pl = dp(pl, Q[t], x + 4 * t);
-                    ph = dp(ph, Q[4 + t], x + 16 + 4 * t);
-                }
-                const int16_t *s = X.s + r * 2 * X.nb + 2 * b;
-                pl = _mm512_sub_epi32(pl, _mm512_set1_epi32(32 * s[0]));
-                ph = _mm512_sub_epi32(ph, _mm512_set1_epi32(32 * s[1]));
-                __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sl, pl), _mm512_mullo_epi32(sh, ph));
-                __m512 f = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum));
-                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
-            }
-        }
-    }
-}
-
 /* One activation row of Q6_K (decode). Per 128-element half n and step t the three
  * words of the record's streaming order (ql 16n+t, ql 16n+8+t, qh 8n+t: consecutive
  * lines) are loaded once and give one quant vector of each of the half's four blocks,
  * into eight independent dpbusd chains ([16-element half][block]); the record is read
  * strictly in address order, its prefetch spread over the 16 steps. The block factors
- * then enter acc in block order with k_q6_k's operations (the dots are exact). */
+ * then enter acc in block order with mm_unit_q6_K's operations (the dots are exact). */
 AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -342,24 +205,6 @@ AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, const int
  * xb + 36R + 4r: constant offsets from one pointer, folded into the instructions
  * (the broadcasts are memory operands). */
 
-AI __m512 bcastf(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_ps(v);
-}
-AI __m512i bcasti(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
-/* acc + dpbusd(w, 4 bytes at x broadcast), the broadcast as the instruction's memory
- * operand ({1to16}): one fused uop instead of a broadcast load plus the dpbusd, which
- * halves the scheduler entries the long dot chains hold (compilers do not fold it). */
-AI __m512i dpm(__m512i acc, __m512i w, const uint8_t *x) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
-    return acc;
-}
 
 /* P[r] += the exact integer dot of one 32-block of weights Q (Q[t] holds elements
  * 4t..4t+3 of the 16 columns) with activation row r at xb + 32r, for r < R. Step-major
@@ -573,8 +418,8 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
     default: RUN_ROWS(K, 8); break;                      \
     }
 
-/* ROWK: the kernel of a row block of one row (R = 1: decode) when HAS_ROW. */
-#define GROUP_LOOP_ROW(NAME, K, REC, ROWK, HAS_ROW)                                     \
+/* Groups [g0, g1) for all rows, MR rows at a time (decoded types). */
+#define GROUP_LOOP(NAME, K, REC)                                                        \
     void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
         const cpu_weight *w = a->w;                                                     \
         const int64_t nu = w->k / a->kt->q->block_elems;                                \
@@ -584,29 +429,39 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
                 const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
                 const int64_t left = w->n - g * MM_NC;                                  \
                 const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
-                if ((HAS_ROW) && R == 1) {                                              \
-                    __m512 acc1 = _mm512_setzero_ps();                                  \
-                    ROWK(a, grp, i0, &acc1);                                            \
-                    _mm512_mask_storeu_ps(a->y + i0 * a->ldy + g * MM_NC, cmask, acc1); \
-                    continue;                                                           \
-                }                                                                       \
                 DISPATCH_ROWS(K)                                                        \
             }                                                                           \
         }                                                                               \
     }
 
-/* Types without a row kernel name no_row (never called). */
-AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
-    (void)a, (void)grp, (void)i0, (void)acc;
-}
-#define GROUP_LOOP(NAME, K, REC) GROUP_LOOP_ROW(NAME, K, REC, no_row, 0)
+/* K-quants: activation panels from 2 rows (mm_avx512_q*_K_panels); a single row (decode,
+ * no panels: kt->panel_min_m) runs the one-row kernel ROWK on the row layout. Both
+ * perform mm_unit_*'s operations per block, so the choice by m changes no bit. */
+#define KQ_LOOP(NAME, PANELS, ROWK, REC)                                                \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
+        if (a->xp) {                                                                    \
+            PANELS(a, g0, g1);                                                          \
+            return;                                                                     \
+        }                                                                               \
+        const cpu_weight *w = a->w;                                                     \
+        const int64_t nu = w->k / 256;                                                  \
+        for (int64_t i0 = 0; i0 < a->m; i0++)                                           \
+            for (int64_t g = g0; g < g1; g++) {                                         \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                const int64_t left = w->n - g * MM_NC;                                  \
+                const __mmask16 cmask = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1); \
+                __m512 acc1 = _mm512_setzero_ps();                                      \
+                ROWK(a, grp, i0, &acc1);                                                \
+                _mm512_mask_storeu_ps(a->y + i0 * a->ldy + g * MM_NC, cmask, acc1);     \
+            }                                                                           \
+    }
 
-GROUP_LOOP_ROW(mm_avx512_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
-GROUP_LOOP_ROW(mm_avx512_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
+KQ_LOOP(mm_avx512_q4_K, mm_avx512_q4_K_panels, k_q4_k_row, MM_REC_Q4_K)
+KQ_LOOP(mm_avx512_q5_K, mm_avx512_q5_K_panels, k_q5_k_row, MM_REC_Q5_K)
 /* Q6_K's one-row kernel streams at the DRAM bound only with the record in its streaming
  * order (MM_Q6_QL/QH): over the old order's three interleaved word arrays it read
  * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
-GROUP_LOOP_ROW(mm_avx512_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
+KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 
@@ -646,20 +501,24 @@ void mm_quantize_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int1
 
 void mm_quantize_panel_avx512(const mm_kernel *kt, const float *x, int64_t ldx, int R, int64_t k,
                               uint8_t *panel) {
-    const int sum_aux = kt->panel == MM_PANEL_SUM, offset = kt->panel_offset;
+    const mm_panel_kind kind = kt->panel;
+    const int offset = kt->panel_offset, pb = mm_panel_bytes(kt);
     for (int r = 0; r < R; r++)
         for (int64_t b = 0; b < k / MM_QK; b++) {
-            uint8_t *blk = panel + (size_t)b * (size_t)R * MM_PB;
+            uint8_t *blk = panel + (size_t)b * (size_t)R * (size_t)pb;
             float d;
             int s0, s1;
             quant_block(x + r * ldx + 32 * b, (int8_t *)blk + 32 * r, &d, &s0, &s1);
-            const int sum = s0 + s1;
             int32_t aux;
-            if (sum_aux) {
-                const float fs = (float)sum;
+            if (kind == MM_PANEL_SUM) {
+                const float fs = (float)(s0 + s1);
                 memcpy(&aux, &fs, 4);
+            } else if (kind == MM_PANEL_HALVES) {
+                const int32_t aux2 = MM_PANEL_MAGIC + offset * s1;
+                aux = MM_PANEL_MAGIC + offset * s0;
+                memcpy(blk + 40 * R + 4 * r, &aux2, 4);
             } else {
-                aux = offset * sum;
+                aux = offset * (s0 + s1);
             }
             memcpy(blk + 32 * R + 4 * r, &d, 4);
             memcpy(blk + 36 * R + 4 * r, &aux, 4);

@@ -80,17 +80,23 @@ typedef struct {
     int64_t nb;
 } mm_xq;
 
-/* Activation panels: the AVX-512 layout of the quantised activations for Q4_0, Q4_1
- * and Q8_0 weights. Rows are grouped in panels of MM_PR (the last panel has m % MM_PR
- * rows, R in general); panel p starts at byte p * MM_PR * nb * MM_PB and holds, for
- * each block b at offset b * R * MM_PB:
- *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)
+/* Activation panels: the AVX-512 layout of the quantised activations for Q4_0, Q4_1,
+ * Q8_0 and (from 2 rows) K-quant weights. Rows are grouped in panels of MM_PR (the last
+ * panel has m % MM_PR rows, R in general); with PB = mm_panel_bytes(kt), panel p starts
+ * at byte p * MM_PR * nb * PB and holds, for each block b at offset b * R * PB:
+ *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)  [| aux2[R]]
  * with aux the type's row-only block constant, exact: Q4_0 int32 -8*sum(q),
- * Q8_0 int32 -128*sum(q), Q4_1 float (float)sum(q). The R rows of a block sit side by
- * side, so a kernel addresses any row of the panel at a constant offset from one
- * pointer. Same total size as the row layout of mm_xq (k + 8 bytes per block). */
+ * Q8_0 int32 -128*sum(q), Q4_1, Q4_K, Q5_K float (float)sum(q); Q6_K (MM_PANEL_HALVES)
+ * int32 MM_PANEL_MAGIC - 32*sum(q[0..15]) and aux2 the same of q[16..31] (the start of
+ * a dot chain whose int32 result, read as a float, is 1.5 * 2^23 + the exact dot). The R
+ * rows of a block sit side by side, so a kernel addresses any row of the panel at a
+ * constant offset from one pointer. PB = 40: the size of the row layout of mm_xq (k + 8
+ * bytes per block); 44 with aux2 (cpu_matmul_scratch_bytes leaves room for it). */
 #define MM_PR 8
-#define MM_PB 40 /* bytes per row per block */
+#define MM_PB 40 /* bytes per row per block, without aux2 */
+/* The bits of 1.5 * 2^23: added to an integer n with |n| < 2^22, they give the bits of the
+ * float 1.5 * 2^23 + n exactly (one unit per integer in that binade). */
+#define MM_PANEL_MAGIC 0x4B400000
 
 struct mm_kernel;
 typedef struct mm_args mm_args;
@@ -128,6 +134,7 @@ typedef enum {
     MM_PANEL_NONE,   /* no panels: the kernels read the row layout of mm_xq */
     MM_PANEL_OFFSET, /* int32 panel_offset * sum(q): the weights' offset, folded into the dot */
     MM_PANEL_SUM,    /* float (float)sum(q): multiplies the weight block's minimum */
+    MM_PANEL_HALVES, /* MM_PANEL_MAGIC + panel_offset * sum of each 16-element half (aux, aux2) */
 } mm_panel_kind;
 
 #define MM_N_ISA 3 /* cpu_isa values: scalar, AVX2, AVX-512 */
@@ -137,7 +144,8 @@ typedef struct mm_kernel {
     int quantised;         /* int8 activation blocks; else one float FMA chain per output */
     size_t rec_bytes;      /* packed record: per weight unit (quantised) or per k (float) */
     mm_panel_kind panel;
-    int panel_offset;      /* MM_PANEL_OFFSET only */
+    int panel_offset;      /* MM_PANEL_OFFSET and MM_PANEL_HALVES */
+    int panel_min_m;       /* panels only for calls of at least this many rows (0: all) */
     mm_pack_fn pack;       /* quantised only (float types are transposed generically) */
     mm_unit_fn unit;       /* quantised only: the reference sequence (split-K control) */
     mm_groups_fn run[MM_N_ISA]; /* by cpu_isa; NULL: the next lower ISA's (scalar required) */
@@ -145,6 +153,9 @@ typedef struct mm_kernel {
 
 /* The row of a type, or NULL when the matmul does not support it. */
 const mm_kernel *mm_kernel_of(uint32_t type);
+
+/* Bytes per row per block of the panels of kernel kt (see MM_PR). */
+static inline int mm_panel_bytes(const mm_kernel *kt) { return kt->panel == MM_PANEL_HALVES ? MM_PB + 4 : MM_PB; }
 
 /* Row-local activation quantisation; all three give the same bits. */
 void mm_quantize_row_scalar(const float *x, int64_t k, int8_t *q, float *d, int16_t *s);
@@ -180,6 +191,10 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
+/* K-quant kernels over activation panels (matmul_kq_avx512.c), called by mm_avx512_q*_K. */
+void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1);
+void mm_avx512_q5_K_panels(const mm_args *a, int64_t g0, int64_t g1);
+void mm_avx512_q6_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 #undef MM_KERNELS
 #undef MM_DECODED_KERNELS
 #undef MM_DECODED_KERNEL

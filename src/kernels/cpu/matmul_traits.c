@@ -25,9 +25,11 @@ static const mm_kernel k_kernels[QUANT_TYPE_END] = {
     QUANT(Q8_0, q8_0, MM_REC_Q8_0, .panel = MM_PANEL_OFFSET, .panel_offset = -128),
     QUANT(Q4_0, q4_0, MM_REC_Q4_0, .panel = MM_PANEL_OFFSET, .panel_offset = -8),
     QUANT(Q4_1, q4_1, MM_REC_Q4_1, .panel = MM_PANEL_SUM),
-    QUANT(Q4_K, q4_K, MM_REC_Q4_K, .panel = MM_PANEL_NONE),
-    QUANT(Q5_K, q5_K, MM_REC_Q5_K, .panel = MM_PANEL_NONE),
-    QUANT(Q6_K, q6_K, MM_REC_Q6_K, .panel = MM_PANEL_NONE),
+    /* K-quants: panels from 2 rows; one row (decode) keeps the row layout, which their
+     * one-row kernels stream faster. Q6_K's quants carry an offset of 32 per half. */
+    QUANT(Q4_K, q4_K, MM_REC_Q4_K, .panel = MM_PANEL_SUM, .panel_min_m = 2),
+    QUANT(Q5_K, q5_K, MM_REC_Q5_K, .panel = MM_PANEL_SUM, .panel_min_m = 2),
+    QUANT(Q6_K, q6_K, MM_REC_Q6_K, .panel = MM_PANEL_HALVES, .panel_offset = -32, .panel_min_m = 2),
     /* The decoded types share one record layout and kernel per unit size. */
 #define DECODED(t, T, UE) QUANT(T, t, MM_REC_DEC(UE), .panel = MM_PANEL_NONE),
     MM_DECODED(DECODED)
