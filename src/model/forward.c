@@ -36,8 +36,17 @@ int fwd_state_set_mla_prefill_plain(fwd_state *s, bool on) {
     return 0;
 }
 
+attn_kv_layout kv_layout_of(const model_config *c) {
+    return c->mla.kv_lora > 0 ? ATTN_KV_LATENT : ATTN_KV_SEPARATE;
+}
+
+/* V floats the cache stores per position and layer (none when V is K's prefix). */
+static int64_t kv_dim_v_stored(const model_config *c) {
+    return kv_layout_of(c) == ATTN_KV_LATENT ? 0 : c->n_head_kv * c->head_dim_v;
+}
+
 size_t kv_bytes_per_block(const model_config *c) {
-    return (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * (c->head_dim + c->head_dim_v)) * sizeof(float);
+    return (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim + kv_dim_v_stored(c)) * sizeof(float);
 }
 
 /* Zeroed, 64-byte aligned (kernel vectors never straddle cache lines), and still lazily
@@ -49,14 +58,16 @@ static float *calloc_aligned64(size_t n, void **raw) {
 }
 
 int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks) {
+    memset(s, 0, sizeof *s);
     s->n_blocks = n_blocks;
     s->n_layer = c->n_layer;
+    s->layout = kv_layout_of(c);
     s->kv_dim = c->n_head_kv * c->head_dim;
-    s->kv_dim_v = c->n_head_kv * c->head_dim_v;
+    s->kv_dim_v = kv_dim_v_stored(c);
     size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK;
     s->k = calloc_aligned64(n * (size_t)s->kv_dim, &s->k_raw);
-    s->v = calloc_aligned64(n * (size_t)s->kv_dim_v, &s->v_raw);
-    if (!s->k || !s->v) {
+    if (s->kv_dim_v) s->v = calloc_aligned64(n * (size_t)s->kv_dim_v, &s->v_raw);
+    if (!s->k || (s->kv_dim_v && !s->v)) {
         kv_storage_free(s);
         return -1;
     }
@@ -193,7 +204,7 @@ static void row_qkv(void *ctx, int64_t t) {
     row_rope(q, cf->n_head, hd, cf->n_rot, cs, cf->rope_neox);
     row_rope(k, cf->n_head_kv, hd, cf->n_rot, cs, cf->rope_neox);
     const size_t layer = (size_t)c->il * (size_t)c->kv->n_blocks * KV_BLOCK * (size_t)kvd;
-    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd, hd};
+    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd, hd, ATTN_KV_SEPARATE};
     attn_kv_store(&view, c->b->pos[t], k, v);
     c->s->jobs[t] = (attn_job){q, c->s->attn + t * qd, view, c->b->pos[t]};
 }

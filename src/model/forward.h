@@ -13,15 +13,21 @@
 #include "model/moe.h"
 
 /* KV storage: per layer, n_blocks pool blocks of KV_BLOCK * kv_dim floats for K and
- * KV_BLOCK * kv_dim_v for V (layout inside a block: attention.h; MLA: one latent head). */
+ * KV_BLOCK * kv_dim_v for V (layout inside a block: attention.h). The layout is the
+ * model's: ATTN_KV_LATENT for MLA (one latent head [c_kv, k_pe] per position, V read from
+ * its c_kv: no V pool, kv_dim_v 0), ATTN_KV_SEPARATE otherwise. */
 typedef struct {
-    int64_t n_blocks, kv_dim, kv_dim_v, n_layer;
-    float *k, *v;            /* 64-byte aligned */
+    int64_t n_blocks, kv_dim, kv_dim_v, n_layer; /* kv_dim_v: V floats stored per position */
+    attn_kv_layout layout;
+    float *k, *v;            /* 64-byte aligned; v NULL for ATTN_KV_LATENT */
     void *k_raw, *v_raw;     /* what to free */
 } kv_storage;
 
+/* The cache layout of a model (MLA: ATTN_KV_LATENT). */
+attn_kv_layout kv_layout_of(const model_config *c);
 int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks);
 void kv_storage_free(kv_storage *s);
+/* Bytes of one block (KV_BLOCK positions) over all layers, K and V as the layout stores them. */
 size_t kv_bytes_per_block(const model_config *c);
 
 

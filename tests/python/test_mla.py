@@ -22,6 +22,7 @@ layer and YaRN.
 * The keys are read: the same file with YaRN's factor, the routed scale or the gating
   function changed is far from the reference.
 * Bad metadata and tensor shapes are refused with a message naming them.
+* The KV cache holds the latent row once per position (a KV budget's block count).
 * The engine invariance suite (alone vs random batches of 2..64, chunked prefill, 1 vs 2
   threads, greedy / seeded / logits processing, its negative controls, the per-expert
   token counts and the experts-in-load-order control) and the serving suite (needle,
@@ -167,6 +168,26 @@ def test_weight_updates_refused_on_deepseek2(synthetic_model):
             with pytest.raises(invar.InvarError, match="weights of a deepseek2 model cannot be replaced yet"):
                 llm.update_weights({name: w[name]})
         assert outputs(llm) == before
+
+
+@pytest.mark.parametrize("variant", ["deepseek2-lite-Q8_0", "deepseek2-v3-F32"])
+def test_deepseek2_cache_holds_the_latent_once(variant, synthetic_model):
+    """The KV cache stores one latent row [c_kv, k_pe] per position and layer (V is read out
+    of its c_kv): a budget holds budget / (n_layer * 16 * (kv_lora + rope) * 4) blocks of 16
+    positions, twice what a cache storing c_kv again as V would hold."""
+    import gguf
+    from invar_pkg import invar
+
+    path = synthetic_model(variant)
+    f = gguf.GGUFReader(str(path)).fields
+    n_layer, kv_lora, rope = (int(f[f"deepseek2.{k}"].parts[-1][0])
+                              for k in ("block_count", "attention.kv_lora_rank", "rope.dimension_count"))
+    per_block = n_layer * 16 * (kv_lora + rope) * 4
+    budget = 8 << 20
+    with invar.LLM(str(path), threads=1, kv_cache_mb=budget >> 20) as llm:
+        blocks = llm.stats()["kv_blocks_total"]
+    assert blocks == budget // per_block, (blocks, per_block)
+    assert blocks > budget // (n_layer * 16 * (2 * kv_lora + rope) * 4)  # not c_kv twice
 
 
 # The suites run on the V3-like file (q_lora, sigmoid, groups, bias: every routing step); the

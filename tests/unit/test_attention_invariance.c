@@ -1,7 +1,8 @@
 /* Attention and row-op invariance: a query's output is bitwise the same alone or among M
  * other queries (M up to 300, including other tokens of its own sequence that share its
  * tiles), for 1 and 2 threads, and whatever physical blocks hold its KV, for a GQA shape and
- * MLA's latent head (value dim below key dim). Negative control:
+ * MLA's latent head (value dim below key dim, read out of the key: stored once; the same bits
+ * as a separate V pool holding the same values). Negative control:
  * the same check on the real kernel with split boundaries that follow the batch
  * (ATTN_SPLIT_BY_BATCH) fails. Row ops: the forward pass's row path (rows_run: many rows
  * in one call, spread over 2 or 3 threads) equals each row run alone; negative control: a
@@ -36,14 +37,17 @@ static float frand(void) {
 typedef struct {
     float *k, *v;
     int32_t table[N_BLOCKS];
+    attn_kv_layout layout;
 } kv_fixture;
 
 /* Fills the pool so that logical position p holds the same K/V whatever block layout:
- * n_kv heads of hd key and hdv value floats (MLA's latent head: hdv < hd). */
-static void kv_make_shape(kv_fixture *f, const float *keys, const float *vals, int shuffle, int64_t n_kv, int64_t hd,
-                          int64_t hdv) {
+ * n_kv heads of hd key and hdv value floats (MLA's latent head: hdv < hd). ATTN_KV_LATENT
+ * stores no V (the value is the key's first hdv floats; vals unused). */
+static void kv_make_layout(kv_fixture *f, const float *keys, const float *vals, int shuffle, int64_t n_kv, int64_t hd,
+                           int64_t hdv, attn_kv_layout layout) {
+    f->layout = layout;
     f->k = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hd), sizeof(float));
-    f->v = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hdv), sizeof(float));
+    f->v = layout == ATTN_KV_LATENT ? NULL : calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hdv), sizeof(float));
     for (int b = 0; b < N_BLOCKS; b++) f->table[b] = b;
     if (shuffle)
         for (int b = N_BLOCKS - 1; b > 0; b--) {
@@ -52,8 +56,14 @@ static void kv_make_shape(kv_fixture *f, const float *keys, const float *vals, i
             f->table[b] = f->table[j];
             f->table[j] = t;
         }
-    attn_kv view = {f->k, f->v, f->table, n_kv, hd, hdv};
+    attn_kv view = {f->k, f->v, f->table, n_kv, hd, hdv, layout};
     for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * n_kv * hd, vals + p * n_kv * hdv);
+}
+
+/* The model's layout for a shape: the latent one where the value is narrower (MLA). */
+static void kv_make_shape(kv_fixture *f, const float *keys, const float *vals, int shuffle, int64_t n_kv, int64_t hd,
+                          int64_t hdv) {
+    kv_make_layout(f, keys, vals, shuffle, n_kv, hd, hdv, hdv < hd ? ATTN_KV_LATENT : ATTN_KV_SEPARATE);
 }
 
 static void kv_make(kv_fixture *f, const float *keys, const float *vals, int shuffle) {
@@ -87,7 +97,7 @@ static int64_t attention_mismatches_shape(const attn_shape *sh, attn_split_mode 
             /* odd m: runs of 3 jobs on one sequence (they share attention tiles, with
              * positions that differ and cross split edges); even m: alternating */
             kv_fixture *f = ((m & 1) ? (j / 3) & 1 : j & 1) ? &b : &a;
-            jobs[j] = (attn_job){q + j * qd, out + j * od, {f->k, f->v, f->table, nkv, hd, hdv}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * od, {f->k, f->v, f->table, nkv, hd, hdv, f->layout}, pos};
         }
         threadpool *tp = pools[m & 1];
         attn_run_split(tp, sh, jobs, m, mode);
@@ -95,7 +105,7 @@ static int64_t attention_mismatches_shape(const attn_shape *sh, attn_split_mode 
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
-            alone.kv = (attn_kv){a.k, a.v, a.table, nkv, hd, hdv};
+            alone.kv = (attn_kv){a.k, a.v, a.table, nkv, hd, hdv, a.layout};
             attn_run_split(pools[0], sh, &alone, 1, mode);
             bad += memcmp(ref, out + j * od, sizeof(float) * (size_t)od) != 0;
             (*checked)++;
@@ -138,6 +148,60 @@ static void test_negative_control_split_by_batch(void **state) {
     assert_true(bad > checked / 2);
 }
 
+/* The latent layout (V read out of the transposed K block, stored once) against the
+ * separate one holding the same values as a V pool of their own: the same bits for every
+ * query, in tiles of several tokens of one sequence, across split edges, with and without
+ * a scalar tail of the value row. With `perturb`, one stored value of position 3 differs
+ * from its key, and the queries that see it must differ: the comparison reads V. Returns
+ * the queries that differ. */
+static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *checked) {
+    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
+    const int64_t qd = sh->n_heads * hd, od = sh->n_heads * hdv;
+    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
+    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
+    for (int64_t p = 0; p < CTX * nkv; p++) memcpy(vals + p * hdv, keys + p * hd, sizeof(float) * (size_t)hdv);
+    if (perturb) vals[3 * nkv * hdv] += 0.25f;
+    kv_fixture lat, sep;
+    kv_make_layout(&lat, keys, NULL, 1, nkv, hd, hdv, ATTN_KV_LATENT);
+    kv_make_layout(&sep, keys, vals, 0, nkv, hd, hdv, ATTN_KV_SEPARATE);
+    enum { MAX_M = 40 };
+    float *q = malloc(sizeof(float) * MAX_M * qd), *out = malloc(sizeof(float) * 2 * MAX_M * od);
+    attn_job *jobs = malloc(sizeof(attn_job) * 2 * MAX_M);
+    int64_t bad = 0;
+    *checked = 0;
+    for (int64_t m = 1; m <= MAX_M; m += 3) {
+        for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
+        for (int64_t j = 0; j < m; j++) {
+            const int64_t pos = (j * 131 + m * 7) % CTX;
+            jobs[j] = (attn_job){q + j * qd, out + j * od, {lat.k, NULL, lat.table, nkv, hd, hdv, ATTN_KV_LATENT}, pos};
+            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od,
+                                         {sep.k, sep.v, sep.table, nkv, hd, hdv, ATTN_KV_SEPARATE}, pos};
+        }
+        attn_run(NULL, sh, jobs, m);
+        attn_run(NULL, sh, jobs + MAX_M, m);
+        for (int64_t j = 0; j < m; j++, (*checked)++)
+            bad += memcmp(out + j * od, out + (MAX_M + j) * od, sizeof(float) * (size_t)od) != 0;
+    }
+    free(keys), free(vals), free(q), free(out), free(jobs);
+    free(lat.k), free(sep.k), free(sep.v);
+    return bad;
+}
+
+static void test_latent_layout_same_bits_as_separate(void **state) {
+    (void)state;
+    static const attn_shape tail = {3, 1, 44, 0.15f, 36}; /* 36 = 2 vectors + a scalar tail */
+    static const attn_shape dsv2 = {16, 1, 576, 0.07f, 512}; /* DeepSeek-V2: 16 heads, two tiles of 8 */
+    const attn_shape *shapes[] = {&LATENT, &tail, &dsv2};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        int64_t checked, c2;
+        assert_int_equal(latent_vs_separate(shapes[i], 0, &checked), 0);
+        assert_true(checked > 250);
+        const int64_t bad = latent_vs_separate(shapes[i], 1, &c2);
+        printf("# control (one stored value != its key): %lld/%lld queries differ\n", (long long)bad, (long long)c2);
+        assert_true(bad > c2 / 2);
+    }
+}
+
 /* Accuracy against a double-precision softmax on random data. */
 static void test_attention_accuracy(void **state) {
     (void)state;
@@ -150,7 +214,7 @@ static void test_attention_accuracy(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int64_t positions[] = {0, 1, 255, 256, 257, 511, 600, CTX - 1};
     for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
-        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD, HD}, positions[pi]};
+        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD, HD, a.layout}, positions[pi]};
         attn_run(NULL, &SHAPE, &job, 1);
         for (int h = 0; h < N_HEADS; h++) {
             int kvh = h / (N_HEADS / N_KV);
@@ -267,6 +331,7 @@ static void test_negative_control_norm_by_rows(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_batch_invariance),      cmocka_unit_test(test_attention_accuracy),
+        cmocka_unit_test(test_latent_layout_same_bits_as_separate),
         cmocka_unit_test(test_negative_control_split_by_batch), cmocka_unit_test(test_row_ops_batch_invariance),
         cmocka_unit_test(test_negative_control_norm_by_rows),
     };

@@ -139,14 +139,14 @@ static void test_logsumexp_and_argmax(void **state) {
 
 /* Attention: random K/V in a shuffled block layout; every ISA build, every head tiling.
  * Returns how many builds' outputs differ from the generic build's. */
-static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t hdv) {
+static int attention_all_isas_layout(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t hdv, attn_kv_layout layout) {
     const int64_t ctx = 600, nblk = (ctx + KV_BLOCK - 1) / KV_BLOCK, kvd = n_kv * hd, qd = n_heads * hd;
     const int64_t od = n_heads * hdv;
     float *kp = calloc((size_t)(nblk * KV_BLOCK * kvd), sizeof(float));
-    float *vp = calloc((size_t)(nblk * KV_BLOCK * n_kv * hdv), sizeof(float));
+    float *vp = layout == ATTN_KV_LATENT ? NULL : calloc((size_t)(nblk * KV_BLOCK * n_kv * hdv), sizeof(float));
     int32_t *table = malloc(sizeof(int32_t) * (size_t)nblk);
     for (int64_t b = 0; b < nblk; b++) table[b] = (int32_t)((b * 7) % nblk); /* 7 coprime to nblk = 38 */
-    attn_kv kv = {kp, vp, table, n_kv, hd, hdv};
+    attn_kv kv = {kp, vp, table, n_kv, hd, hdv, layout};
     float *k = malloc(sizeof(float) * (size_t)kvd), *v = malloc(sizeof(float) * (size_t)kvd);
     for (int64_t p = 0; p < ctx; p++) {
         for (int64_t i = 0; i < kvd; i++) k[i] = frand() * 2.0f, v[i] = frand();
@@ -173,13 +173,21 @@ static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t
     return bad;
 }
 
+static int attention_all_isas(int64_t n_heads, int64_t n_kv, int64_t hd, int64_t hdv) {
+    return attention_all_isas_layout(n_heads, n_kv, hd, hdv, ATTN_KV_SEPARATE);
+}
+
 static int attention_mismatches(void) {
     return attention_all_isas(9, 3, 64, 64) +   /* SmolLM2: groups of 3 */
            attention_all_isas(8, 1, 128, 128) + /* a group of 8: two tiles of 4 */
            attention_all_isas(5, 1, 40, 40) +   /* head_dim with a scalar tail; tiles of 4 + 1 */
            attention_all_isas(4, 2, 24, 24) +
            attention_all_isas(3, 1, 576, 512) + /* MLA's latent head (DeepSeek-V2/V3: 512 + 64) */
-           attention_all_isas(4, 1, 40, 32);    /* a tiny model's latent head */
+           attention_all_isas(4, 1, 40, 32) +   /* a tiny model's latent head */
+           /* and in the latent layout MLA runs (V read out of the key block) */
+           attention_all_isas_layout(16, 1, 576, 512, ATTN_KV_LATENT) +
+           attention_all_isas_layout(4, 1, 40, 32, ATTN_KV_LATENT) +
+           attention_all_isas_layout(3, 1, 44, 36, ATTN_KV_LATENT); /* with a scalar tail */
 }
 
 static void test_attention_same_bits_on_every_isa(void **state) {

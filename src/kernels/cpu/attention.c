@@ -7,8 +7,10 @@
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
-        float *kb = attn_k_block(kv, p, h), *vr = attn_v_row(kv, p, h);
+        float *kb = attn_k_block(kv, p, h);
         for (int64_t d = 0; d < hd; d++) kb[d * KV_BLOCK + lane] = k[h * hd + d];
+        if (kv->layout == ATTN_KV_LATENT) continue;
+        float *vr = attn_v_row(kv, p, h);
         for (int64_t d = 0; d < hdv; d++) vr[d] = v[h * hdv + d];
     }
 }
@@ -16,9 +18,12 @@ void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v)
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
-        const float *kb = attn_k_block(kv, p, h), *vr = attn_v_row(kv, p, h);
+        const float *kb = attn_k_block(kv, p, h);
         for (int64_t d = 0; d < hd; d++) k[h * hd + d] = kb[d * KV_BLOCK + lane];
-        for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = vr[d];
+        if (kv->layout == ATTN_KV_LATENT)
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kb[d * KV_BLOCK + lane];
+        else
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = attn_v_row(kv, p, h)[d];
     }
 }
 

@@ -18,13 +18,19 @@
 #define ATTN_MAX_HEAD_DIM 576 /* MLA's latent head: kv_lora 512 + rope 64 (DeepSeek-V2/V3) */
 
 /* A pool block holds KV_BLOCK positions of every KV head. Per KV head, K is stored
- * transposed, [head_dim][KV_BLOCK], so element d of 16 consecutive keys is one vector;
- * V is stored [KV_BLOCK][head_dim_v]. head_dim_v may be smaller than head_dim: MLA's latent
- * head scores against [c_kv, k_pe] and sums c_kv alone. */
+ * transposed, [head_dim][KV_BLOCK], so element d of 16 consecutive keys is one vector.
+ * The value rows depend on the cache layout:
+ *   ATTN_KV_SEPARATE  V is a pool of its own, [KV_BLOCK][head_dim_v] per KV head;
+ *   ATTN_KV_LATENT    V is the first head_dim_v floats of the key itself (MLA's latent head
+ *                     scores against [c_kv, k_pe] and sums c_kv alone), so nothing is stored
+ *                     twice: v is NULL and the kernel reads V out of the K block. */
+typedef enum { ATTN_KV_SEPARATE = 0, ATTN_KV_LATENT = 1 } attn_kv_layout;
+
 typedef struct {
     float *k, *v;                /* pools: n_blocks * KV_BLOCK * n_kv_heads * head_dim (_v) floats */
     const int32_t *block_table;  /* logical block -> pool block */
     int64_t n_kv_heads, head_dim, head_dim_v;
+    attn_kv_layout layout;
 } attn_kv;
 
 /* One attention job: a query token of one sequence. */
@@ -52,7 +58,8 @@ typedef enum { ATTN_SPLIT_INVARIANT = 0, ATTN_SPLIT_BY_BATCH = 1 } attn_split_mo
 void attn_run_split(threadpool *tp, const attn_shape *shape, const attn_job *jobs, int64_t n_jobs,
                     attn_split_mode mode);
 
-/* Writes / reads position p's K and V rows (n_kv_heads * head_dim, n_kv_heads * head_dim_v floats). */
+/* Writes / reads position p's K and V rows (n_kv_heads * head_dim, n_kv_heads * head_dim_v
+ * floats). ATTN_KV_LATENT: the store ignores v (V is K's prefix), the load copies it from K. */
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v);
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v);
 
@@ -61,7 +68,7 @@ static inline float *attn_k_block(const attn_kv *kv, int64_t p, int64_t h) {
     return kv->k + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim) +
            h * kv->head_dim * KV_BLOCK;
 }
-/* V row of position p, KV head h: head_dim_v floats. */
+/* V row of position p, KV head h: head_dim_v floats (ATTN_KV_SEPARATE only). */
 static inline float *attn_v_row(const attn_kv *kv, int64_t p, int64_t h) {
     return kv->v + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim_v) +
            (h * KV_BLOCK + p % KV_BLOCK) * kv->head_dim_v;

@@ -121,6 +121,44 @@ V16_AI void pv_accumulate(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t j0
     }
 }
 
+/* pv_accumulate for ATTN_KV_LATENT: v_j is the first hd floats of key j, read out of the
+ * transposed K block. Per 16 dims of the row, each key block's [16 dims][16 keys] tile is
+ * loaded and transposed in registers into 16 value vectors, which then meet the weights
+ * in position order exactly as pv_accumulate's rows do: each output element is the same
+ * chain of fused multiply-adds over the keys, so the bits equal the separate layout's. */
+V16_AI void pv_accumulate_latent(const attn_kv *kv, int64_t kvh, int64_t s0, int64_t j0, int64_t j1,
+                                 const int64_t *n, const int check, const int Q, const int64_t hd,
+                                 float (*w)[ATTN_SPLIT], float (*part)[ATTN_MAX_HEAD_DIM]) {
+    if (j1 <= j0) return;
+    const int64_t nv = hd / 16; /* whole vectors of a row; the rest is a scalar tail */
+    for (int64_t c = 0; c < nv; c++) {
+        f32x16 p[ATTN_QMAX];
+        for (int g = 0; g < Q; g++) p[g] = v16_load(part[g] + 16 * c);
+        for (int64_t b = j0 / KV_BLOCK; b * KV_BLOCK < j1; b++) {
+            const float *kb = attn_k_block(kv, s0 + b * KV_BLOCK, kvh) + 16 * c * KV_BLOCK;
+            f32x16 vv[KV_BLOCK];
+            for (int u = 0; u < KV_BLOCK; u++) vv[u] = v16_load(kb + u * KV_BLOCK);
+            v16_transpose16(vv); /* vv[l]: dims 16c .. 16c+15 of key b * KV_BLOCK + l */
+            const int64_t l0 = j0 > b * KV_BLOCK ? j0 - b * KV_BLOCK : 0;
+            const int64_t l1 = j1 < (b + 1) * KV_BLOCK ? j1 - b * KV_BLOCK : KV_BLOCK;
+            for (int64_t l = l0; l < l1; l++) {
+                const int64_t j = b * KV_BLOCK + l;
+                for (int g = 0; g < Q; g++) {
+                    if (check && j >= n[g]) continue;
+                    p[g] = v16_fma(vv[l], v16_splat(w[g][j]), p[g]);
+                }
+            }
+        }
+        for (int g = 0; g < Q; g++) v16_store(part[g] + 16 * c, p[g]);
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const float *kb = attn_k_block(kv, s0 + j, kvh) + (s0 + j) % KV_BLOCK;
+        for (int64_t d = 16 * nv; d < hd; d++)
+            for (int g = 0; g < Q; g++)
+                if (!check || j < n[g]) part[g][d] = fmaf(kb[d * KV_BLOCK], w[g][j], part[g][d]);
+    }
+}
+
 /* split: keys per split, the constant ATTN_SPLIT on every real path; other values only
  * for the negative control ATTN_SPLIT_BY_BATCH (attn_tile_split). */
 V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, const attn_queries *qs, const int Q,
@@ -154,8 +192,13 @@ V16_AI void attn_tile(const attn_shape *sh, const attn_kv *kv, int64_t kvh, cons
         for (int g = 0; g < Q; g++) memset(part[g], 0, sizeof(float) * (size_t)hdv);
         int64_t n_min = n_max;
         for (int g = 0; g < Q; g++) n_min = n[g] < n_min ? (n[g] > 0 ? n[g] : 0) : n_min;
-        pv_accumulate(kv, kvh, s0, 0, n_min, n, 0, Q, hdv, w, part);
-        pv_accumulate(kv, kvh, s0, n_min, n_max, n, 1, Q, hdv, w, part);
+        if (kv->layout == ATTN_KV_LATENT) {
+            pv_accumulate_latent(kv, kvh, s0, 0, n_min, n, 0, Q, hdv, w, part);
+            pv_accumulate_latent(kv, kvh, s0, n_min, n_max, n, 1, Q, hdv, w, part);
+        } else {
+            pv_accumulate(kv, kvh, s0, 0, n_min, n, 0, Q, hdv, w, part);
+            pv_accumulate(kv, kvh, s0, n_min, n_max, n, 1, Q, hdv, w, part);
+        }
         /* Merge this split into the running result, always in split order. */
         for (int g = 0; g < Q; g++) {
             if (n[g] <= 0) continue;

@@ -81,6 +81,40 @@ V16_AI float v16_max_lanes(f32x16 v) {
     return m;
 }
 
+/* The four rounds of a 16x16 transpose: round W exchanges, between rows i and i + W (bit W
+ * of i clear), the lanes whose index has bit W set in row i with those that have it clear
+ * in row i + W. */
+V16_AI void v16_xchg1(f32x16 *a, f32x16 *b) {
+    const f32x16 x = __builtin_shufflevector(*a, *b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    *b = __builtin_shufflevector(*a, *b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    *a = x;
+}
+V16_AI void v16_xchg2(f32x16 *a, f32x16 *b) {
+    const f32x16 x = __builtin_shufflevector(*a, *b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+    *b = __builtin_shufflevector(*a, *b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    *a = x;
+}
+V16_AI void v16_xchg4(f32x16 *a, f32x16 *b) {
+    const f32x16 x = __builtin_shufflevector(*a, *b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    *b = __builtin_shufflevector(*a, *b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    *a = x;
+}
+V16_AI void v16_xchg8(f32x16 *a, f32x16 *b) {
+    const f32x16 x = __builtin_shufflevector(*a, *b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    *b = __builtin_shufflevector(*a, *b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    *a = x;
+}
+/* r[i][l] becomes r[l][i]: each round swaps one bit of the row and the lane index. Only
+ * data movement, so the same bits on every ISA. */
+V16_AI void v16_transpose16(f32x16 *r) {
+    for (int i = 0; i < 16; i += 2) v16_xchg1(&r[i], &r[i + 1]);
+    for (int i = 0; i < 16; i++)
+        if (!(i & 2)) v16_xchg2(&r[i], &r[i + 2]);
+    for (int i = 0; i < 16; i++)
+        if (!(i & 4)) v16_xchg4(&r[i], &r[i + 4]);
+    for (int i = 0; i < 8; i++) v16_xchg8(&r[i], &r[i + 8]);
+}
+
 /* Tests only (negative control of the cross-ISA comparisons): the lowest bit of lane 5
  * flipped, a one-ulp change in one lane. */
 V16_AI f32x16 v16_testing_flip(f32x16 v) {
