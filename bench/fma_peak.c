@@ -8,10 +8,7 @@
  * repetition, for the widest vectors the build targets (-march=native).  An F16 or F32
  * model's prefill is a chain of float32 FMAs per output, so this is its compute ceiling. */
 #define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+#include "peak_probe.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -41,28 +38,12 @@ static float SUM(__m256 v) {
 #define ITERS 50000000L
 #define CHAINS 12 /* accumulators in run() */
 
-typedef struct {
-    pthread_barrier_t *start;
-    float sink;
-} job;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Twelve named accumulators (an array would be kept in memory and stored every
- * iteration, which measures the store port instead). The empty asm makes each one live
- * in a register every iteration, so the compiler can neither fold the chains nor drop
- * them. */
-#define EACH(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
 #define DECL(c) VEC a##c = SPLAT((float)(c));
 #define STEP(c) a##c = FMA(a##c, x, y);
 #define ADD(c) s += SUM(a##c);
 
 static void *run(void *p) {
-    job *j = p;
+    peak_job *j = p;
     const VEC x = SPLAT(0.999999f), y = SPLAT(1e-7f);
     EACH(DECL)
     pthread_barrier_wait(j->start);
@@ -78,33 +59,5 @@ static void *run(void *p) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: fma_peak THREADS REPS\n");
-        return 2;
-    }
-    const int threads = atoi(argv[1]), reps = atoi(argv[2]);
-    if (threads < 1 || threads > 256 || reps < 1) return 2;
-    pthread_t *tid = calloc((size_t)threads, sizeof *tid);
-    job *jobs = calloc((size_t)threads, sizeof *jobs);
-    pthread_barrier_t start;
-    float sink = 0;
-    printf("{\"threads\": %d, \"vector\": \"%s\", \"gmacs\": [", threads, WIDTH);
-    for (int r = 0; r < reps; r++) {
-        pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-        for (int t = 0; t < threads; t++) {
-            jobs[t].start = &start;
-            pthread_create(&tid[t], NULL, run, &jobs[t]);
-        }
-        pthread_barrier_wait(&start);
-        const double t0 = now();
-        for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
-        const double dt = now() - t0;
-        for (int t = 0; t < threads; t++) sink += jobs[t].sink;
-        pthread_barrier_destroy(&start);
-        printf("%s%.2f", r ? ", " : "", (double)threads * ITERS * CHAINS * LANES / dt / 1e9);
-    }
-    printf("], \"sink\": %g}\n", (double)sink);
-    free(tid);
-    free(jobs);
-    return 0;
+    return peak_main(argc, argv, "fma_peak", "\"vector\": \"" WIDTH "\"", run, (double)ITERS * CHAINS * LANES);
 }
