@@ -164,7 +164,7 @@ AI void q6_block(const uint8_t *u, int j, const uint8_t *xb, const int R, __m512
 AI void kq_tile(const mm_args *a, const uint32_t type, const uint8_t *U, int64_t i0, int64_t g, int64_t u0,
                 int64_t nuc, const int R) {
     const int64_t nb = a->xq.nb;
-    const size_t pb = type == INVAR_T_Q6_K ? MM_PB + 4 : MM_PB;
+    const size_t pb = (size_t)mm_panel_bytes(a->kt);
     const uint8_t *xp = a->xp + (size_t)i0 * (size_t)nb * pb + (size_t)(8 * u0) * (size_t)R * pb;
     const int64_t left = a->w->n - g * MM_NC;
     const __mmask16 cm = left >= MM_NC ? 0xFFFF : (__mmask16)((1u << left) - 1);
