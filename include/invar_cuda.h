@@ -206,6 +206,44 @@ int invar_cuda_qkv_prep(invar_cuda_ctx *ctx, const float *qkv, int T, int n_head
  * the sum must take (the router's rank order). */
 int invar_cuda_moe_combine(invar_cuda_ctx *ctx, const float *y, const int32_t *slot, const float *w, int k,
                            const float *shared, uint16_t *out, int T, int D);
+/* NEGATIVE CONTROL (tests only): the same sum with each token's experts taken in the order of
+ * their loads in this forward (count[sel], most rows first; ties: lower id), so the rounding
+ * follows the batch. sel [T k] the experts, count [E] their rows. */
+int invar_cuda_moe_combine_by_load(invar_cuda_ctx *ctx, const float *y, const int32_t *slot, const float *w, int k,
+                                   const float *shared, uint16_t *out, int T, int D, const int32_t *sel,
+                                   const int32_t *count);
+
+/* Routing on the device (moe_route.cu), model/moe.c's semantics: per token its k experts
+ * (sel, in rank order) and weights (wts) from its fp32 router logits [T][ld]; per expert its
+ * rows in token order; each pair's sorted row slot[t k + r] (experts in id order, tokens
+ * ascending within one) and xg[slot] = xn[t] (bf16 [T][D]); start [E + 1] each expert's first
+ * row; entries [max][4] the grouped GEMM's work list {first row, end row, expert, 0}, one per
+ * bm rows of an expert, *n_entries of them (max: invar_cuda_moe_max_entries). seen (or NULL):
+ * tests, bit c-1 of seen[e] set once expert e got c rows in a layer (bit 63: 64 or more). */
+typedef struct {
+    int n_expert, k;
+    int deepseek;            /* 0: qwen3moe (softmax top-k by logit) */
+    int sigmoid;             /* deepseek2 gating: 1 sigmoid, 0 softmax */
+    int n_group, n_group_used, group_max;
+    int normalise;
+    float scale;
+} invar_cuda_moe_cfg;
+typedef struct {
+    int32_t *sel, *rel, *slot, *count, *start, *entries, *n_entries;
+    float *wts;
+    unsigned long long *seen;
+} invar_cuda_moe_bufs;
+int invar_cuda_moe_route(invar_cuda_ctx *ctx, const float *logits, int ld, const float *bias,
+                         const invar_cuda_moe_cfg *cf, const uint16_t *xn, int T, int D, int bm,
+                         const invar_cuda_moe_bufs *b, uint16_t *xg);
+int invar_cuda_moe_max_entries(int T, int k, int E, int bm);
+/* The experts' products in one launch: for every entry {r0, r1, e} of the device's work list,
+ * C[r0..r1) = A[r0..r1) . W_e^T with W = [E][N][K] bf16, A [rows][K], C [rows][N]. Every row's
+ * bits are invar_cuda_gemm's for the same row and weights (same chunked order), whatever
+ * the entries. bm (64 or 128) must be the one the work list was made with. */
+int invar_cuda_gemm_grouped(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                            invar_cuda_dtype c_type, int rows, int N, int K, int E, const int32_t *entries,
+                            const int32_t *n_entries, int max_entries, int bm);
 
 /* ---- multi-head latent attention, absorbed (mla.cu) ----
  * The latent cache: per position one row [c_kv (R), k_pe (rope)] bf16 at
@@ -230,6 +268,11 @@ int invar_cuda_mla_query(invar_cuda_ctx *ctx, const float *q, int ldq, const uin
 int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
                              const int32_t *tok_seq, const int32_t *block_table, int bt_stride, float *olat, int T,
                              int H, int R, int rope, float scale, int split);
+/* The same with the block-table stride read from device memory (*bt_stride_dev, e.g. a
+ * graph's staging buffer), so a captured launch serves every step's stride. */
+int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
+                                 const int32_t *tok_seq, const int32_t *block_table, const int32_t *bt_stride_dev,
+                                 float *olat, int T, int H, int R, int rope, float scale, int split);
 /* out [T][H][vd] bf16 = per head olat[t][h] . uv[h] (uv bf16 [H][R][vd]: W_UV, k-major). */
 int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, const uint16_t *uv, int H, int R, int vd,
                           uint16_t *out, int T);

@@ -42,14 +42,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 [ -f "$MODEL" ] && sha256sum "$MODEL"
 
 if want kernels; then
-    for t in test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_sampler; do step "$t" timeout 300 "$BIN/$t"; done
+    for t in test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_moe test_cuda_sampler; do step "$t" timeout 300 "$BIN/$t"; done
 fi
 
 # compute-sanitizer on the kernel tests' small mode (INVAR_CUDA_TEST_SMALL=1): memcheck with
 # leak checking; racecheck on shared memory in the smaller mode 2 (it is ~100x slower per
 # launch). "sanitize" runs both; "memcheck" or "racecheck" one.
 if want sanitize || want memcheck; then
-    for t in test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_sampler test_cuda_gemm; do
+    for t in test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_moe test_cuda_sampler test_cuda_gemm; do
         step "memcheck-$t" env INVAR_CUDA_TEST_SMALL=1 timeout 300 compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 3 "$BIN/$t"
     done

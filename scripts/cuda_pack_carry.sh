@@ -11,7 +11,7 @@ B=${B:-build-cuda}
 D=$(mktemp -d)/bin
 mkdir -p "$D" .devcarry
 files=()
-for f in invar libinvar.so spec_bench test_cuda_engine bench_engine bench_cuda test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_sampler; do
+for f in invar libinvar.so spec_bench test_cuda_engine bench_engine bench_cuda test_cuda_gemm test_cuda_rows test_cuda_attention test_cuda_mla test_cuda_moe test_cuda_sampler; do
     [ -e "$B/$f" ] && files+=("$B/$f")
 done
 cp "${files[@]}" "$D/"

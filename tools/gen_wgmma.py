@@ -11,7 +11,7 @@ Usage: python3 tools/gen_wgmma.py > src/kernels/cuda/wgmma_bf16.cuh
 import sys
 
 M, K = 64, 16
-WIDTHS = (32, 48, 64, 96, 112, 128)
+WIDTHS = (32, 48, 64, 96, 112, 128, 192)
 PER_LINE = 8  # "+f" operands per line of the output list
 
 

@@ -1,7 +1,7 @@
 /* CUDA backend benchmark: ceilings (copy, cuBLAS matmul), invariant GEMM vs cuBLAS on the
  * Llama-3-8B shapes, row kernels, paged attention. Times are medians of CUDA-event timings
  * with the L2 flushed (a 512 MiB memset) before every repetition; inputs random.
- * Usage: bench_cuda OUT.json [narrow] [gemm] [rows] [attn]   (no section names = all) */
+ * Usage: bench_cuda OUT.json [narrow] [gemm] [wide] [rows] [attn]   (no section names = all) */
 #include <math.h>
 #include <string.h>
 #include "bench_cuda.h"
@@ -133,9 +133,9 @@ static void bench_gemm(FILE *js)
             logsum += log(ratio);
             npts++;
             below09 += ratio < 0.9;
-            printf("%6d %6d %5d | %10.1f %6.0f %5.2f | %10.1f %6.0f %5.2f | %5.2f | BM=%d split=%d grid=%d cluster=%d\n",
+            printf("%6d %6d %5d | %10.1f %6.0f %5.2f | %10.1f %6.0f %5.2f | %5.2f | BM=%d BN=%d split=%d grid=%d cluster=%d\n",
                    N, K, M, tc * 1e3, fl / tc / 1e9, wb / tc / 1e9, ti * 1e3, fl / ti / 1e9,
-                   wb / ti / 1e9, ratio, pl.bm, pl.split, pl.grid, pl.cluster);
+                   wb / ti / 1e9, ratio, pl.bm, pl.bn, pl.split, pl.grid, pl.cluster);
             fprintf(js,
                     "  {\"N\": %d, \"K\": %d, \"M\": %d, \"cublas_us\": %.2f, \"invar_us\": %.2f, "
                     "\"cublas_TFLOPs\": %.1f, \"invar_TFLOPs\": %.1f, \"cublas_weight_TBps\": %.3f, "
@@ -182,6 +182,57 @@ static void bench_gemm(FILE *js)
         }
     invar_cuda_gemm_experiment_cluster(ctx, 1); /* the shipped default */
     fprintf(js, "],\n");
+    CK(cudaFree(dA));
+    CK(cudaFree(dW));
+    CK(cudaFree(dC));
+}
+
+/* The large configuration's two tile widths (128 and 192 columns) forced, beside the
+ * planner's pick and cuBLAS, on the Llama-3-8B shapes at M where the large tiles run. */
+static void bench_gemm_wide(FILE *js)
+{
+    static const int NK[5][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+    static const int Ms[7] = {256, 512, 1024, 2048, 3072, 4096, 8192};
+    size_t amax = (size_t)8192 * 14336, wmax = (size_t)128256 * 4096;
+    uint16_t *h = malloc(wmax * 2);
+    fill_bf16(h, wmax, 11, 1.0f);
+    uint16_t *dW = upload(h, wmax * 2);
+    uint16_t *dA = upload(h, amax * 2);
+    free(h);
+    void *dC = dmalloc((size_t)8192 * 128256 * 2);
+    double lg[3] = {0, 0, 0};
+    int npts = 0;
+    printf("== GEMM large tiles: 128 vs 192 columns forced (us; ratio = cuBLAS / ours) ==\n");
+    printf("     N      K     M | cuBLAS us |  BN128 us ratio |  BN192 us ratio |   auto us ratio BN\n");
+    fprintf(js, "\"gemm_wide\": [\n");
+    for (int s = 0; s < 5; s++)
+        for (int m = 0; m < 7; m++) {
+            int N = NK[s][0], K = NK[s][1], M = Ms[m];
+            struct gemm_arg g = {dA, dW, dC, M, N, K, 1, 0};
+            int reps = (double)M * N * K > 1e12 ? 10 : 20;
+            double tc = bench_time_ms(run_gemm, &g, reps), t[3];
+            g.cublas = 0;
+            static const int bns[3] = {128, 192, 0};
+            for (int b = 0; b < 3; b++) {
+                invar_cuda_gemm_experiment_wide_bn(ctx, bns[b]);
+                t[b] = bench_time_ms(run_gemm, &g, reps);
+                lg[b] += log(tc / t[b]);
+            }
+            npts++;
+            invar_cuda_gemm_plan pl;
+            invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+            printf("%6d %6d %5d | %9.1f | %8.1f %5.2f | %8.1f %5.2f | %8.1f %5.2f %d\n", N, K, M, tc * 1e3,
+                   t[0] * 1e3, tc / t[0], t[1] * 1e3, tc / t[1], t[2] * 1e3, tc / t[2], pl.bn);
+            fprintf(js,
+                    "  {\"N\": %d, \"K\": %d, \"M\": %d, \"cublas_us\": %.2f, \"bn128_us\": %.2f, "
+                    "\"bn192_us\": %.2f, \"auto_us\": %.2f, \"auto_bn\": %d}%s\n",
+                    N, K, M, tc * 1e3, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, pl.bn, (s == 4 && m == 6) ? "" : ",");
+            fflush(stdout);
+        }
+    printf("geomean cuBLAS/ours over %d points: BN128 %.3f, BN192 %.3f, auto %.3f\n", npts, exp(lg[0] / npts),
+           exp(lg[1] / npts), exp(lg[2] / npts));
+    fprintf(js, "],\n\"gemm_wide_geomean\": {\"bn128\": %.4f, \"bn192\": %.4f, \"auto\": %.4f},\n",
+            exp(lg[0] / npts), exp(lg[1] / npts), exp(lg[2] / npts));
     CK(cudaFree(dA));
     CK(cudaFree(dW));
     CK(cudaFree(dC));
@@ -290,11 +341,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s OUT.json [gemm] [rows] [attn]\n", argv[0]);
         return 2;
     }
-    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all, only_cluster = 0, do_narrow = all;
+    int all = argc == 2, do_gemm = all, do_rows = all, do_attn = all, only_cluster = 0, do_narrow = all,
+        do_wide = all;
     for (int i = 2; i < argc; i++) {
         only_cluster |= !strcmp(argv[i], "cluster");
         do_gemm |= !strcmp(argv[i], "gemm");
         do_narrow |= !strcmp(argv[i], "narrow");
+        do_wide |= !strcmp(argv[i], "wide");
         do_rows |= !strcmp(argv[i], "rows");
         do_attn |= !strcmp(argv[i], "attn");
     }
@@ -327,6 +380,7 @@ int main(int argc, char **argv)
     }
     ceilings(js);
     if (do_narrow) bench_gemm_narrow(js);
+    if (do_wide) bench_gemm_wide(js);
     if (do_gemm) bench_gemm(js);
     if (do_rows) bench_rows(js, copy_gbs);
     if (do_attn) bench_attention(js);

@@ -52,8 +52,9 @@ static int cuda_error(backend *b, const char *what) {
 static void free_bufs(cuda_bufs *d) {
     void *ps[] = {d->x,      d->xn,     d->q,      d->attn,  d->o,     d->gu,      d->h,     d->hid,
                   d->qkv,    d->logits, d->tok_in, d->stats, d->srows, d->sparams, d->souts, d->swork,
-                  d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->route, d->mq,
-                  d->qlat,   d->olat,   d->qa};
+                  d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->mq,    d->qlat,
+                  d->olat,   d->qa,     d->moe.sel, d->moe.rel, d->moe.slot, d->moe.count, d->moe.start,
+                  d->moe.entries, d->moe.n_entries, d->moe.wts, d->moe.seen};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
@@ -67,8 +68,7 @@ static void free_host(host_bufs *h) {
     cudaFreeHost(h->sparams);
     cudaFreeHost(h->souts);
     cudaFreeHost(h->row);
-    cudaFreeHost(h->rlog);
-    cudaFreeHost(h->route);
+    free(h->moe_seen);
     memset(h, 0, sizeof *h);
 }
 
@@ -92,15 +92,10 @@ static void cuda_destroy(backend *b) {
     step_staging_free(&c->stage);
     cudaFree(c->attn_ws);
     cuda_weights_free(&c->w);
-    moe_state_free(c->moe);
     invar_cuda_free(c->ctx);
     if (c->stream) cudaStreamDestroy(stream_of(c));
     free(c);
 }
-
-/* Decode graphs need a step's launches fixed in advance: MoE routing waits on the host
- * between them, and MLA's attention has no graph path yet. */
-static bool graphs_possible(const cuda_backend *c) { return !c->moe && !c->mla_R; }
 
 /* Bytes of K and of V per block, all layers (MLA: one latent row per position, no V). */
 static size_t kv_half_bytes(const cuda_backend *c, size_t *v_bytes) {
@@ -124,7 +119,7 @@ static int cuda_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
     const int64_t n_alloc = n_blocks + 1;
     size_t vb, kb = kv_half_bytes(c, &vb), free_b = 0, total = 0;
     const size_t k_bytes = kb * (size_t)n_alloc, v_bytes = vb ? vb * (size_t)n_alloc : 16;
-    const bool graphs_on = b->opts.cuda_graphs && graphs_possible(c);
+    const bool graphs_on = b->opts.cuda_graphs; /* every layer's launches are fixed by T alone */
     size_t graphs = graphs_on ? cuda_graphs_bytes(c) : 0;
     cudaMemGetInfo(&free_b, &total);
     if (k_bytes + v_bytes + graphs + ((size_t)256 << 20) > free_b) {
@@ -155,9 +150,6 @@ static int cuda_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
     kv->next = c->kvs;
     c->kvs = kv;
     if (graphs_on) cuda_graphs_capture(c, kv);
-    else if (b->opts.cuda_graphs)
-        snprintf(b->info, sizeof b->info, "cuda graphs: off (%s); decode steps run eagerly",
-                 c->moe ? "mixture of experts: routing on the host per layer" : "MLA has no graph path");
     *out = kv;
     return 0;
 }
@@ -188,13 +180,19 @@ int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uin
 }
 
 int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode) {
-    if (b->ops != &cuda_ops || !cu(b)->moe) return -1;
-    moe_state_set_combine(cu(b)->moe, mode);
+    if (b->ops != &cuda_ops || !cu(b)->k_used) return -1;
+    cu(b)->moe_by_load = mode == MOE_COMBINE_BY_LOAD;
     return 0;
 }
 
 const uint64_t *backend_cuda_moe_counts_seen(backend *b) {
-    return b->ops == &cuda_ops && cu(b)->moe ? moe_counts_seen(cu(b)->moe) : NULL;
+    if (b->ops != &cuda_ops || !cu(b)->k_used) return NULL;
+    cuda_backend *c = cu(b);
+    const size_t bytes = sizeof(uint64_t) * (size_t)c->base.m->cfg.n_expert;
+    if (cudaStreamSynchronize(stream_of(c)) != cudaSuccess ||
+        cudaMemcpy(c->h.moe_seen, c->d.moe.seen, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return NULL;
+    return c->h.moe_seen;
 }
 
 int backend_cuda_set_mla_split_by_batch(backend *b, bool on) {
@@ -261,7 +259,7 @@ static int layer(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int64_t i
     const cuda_bufs *d = &c->d;
     const uint16_t *next_norm = il + 1 < cf->n_layer ? c->w.layers[il + 1].attn_norm : c->w.out_norm;
     if (c->mla_R) {
-        if (cuda_mla_attention(c, ctx, kv, il, T, dev, attn->max_pages)) return -1;
+        if (cuda_mla_attention(c, ctx, kv, il, T, dev, attn)) return -1;
     } else {
         const size_t layer_off = (size_t)il * (size_t)kv->n_alloc * KV_BLOCK * (size_t)c->kvd;
         uint16_t *kc = kv->k + layer_off, *vc = kv->v + layer_off;
@@ -557,6 +555,9 @@ static int check_mla(const model_config *c, char *err, size_t errlen) {
 static int check_shapes(const model_config *c, char *err, size_t errlen) {
     if (c->n_expert && (c->n_ff_exp % 8 || c->n_expert_used > MODEL_MAX_EXPERTS_USED))
         return snprintf(err, errlen, "cuda: the experts' FFN width must be a multiple of 8"), -1;
+    if (c->n_expert > 256)
+        return snprintf(err, errlen, "cuda: %lld experts (the device routing takes up to 256)", (long long)c->n_expert),
+               -1;
     if (c->n_embd % 32 || c->n_ff % 8)
         return snprintf(err, errlen, "cuda: n_embd must be a multiple of 32 and the FFN width of 8"), -1;
     if (c->n_embd > 8192) return snprintf(err, errlen, "cuda: n_embd above 8192 is not supported"), -1;
@@ -575,7 +576,8 @@ static int alloc_all(cuda_backend *c) {
     const size_t T = (size_t)c->base.opts.max_tokens, L = (size_t)c->base.opts.max_logits;
     cuda_bufs *d = &c->d;
     const size_t TK = T * (size_t)c->k_used, H = (size_t)cf->n_head, Dk = (size_t)(c->mla_R + c->mla_rope);
-    const size_t moe = c->moe ? 1 : 0, mla = c->mla_R ? 1 : 0;
+    const size_t moe = c->k_used ? 1 : 0, mla = c->mla_R ? 1 : 0, E = (size_t)cf->n_expert;
+    const size_t entries = moe ? (size_t)invar_cuda_moe_max_entries((int)T, (int)c->k_used, (int)E, 64) : 0;
     struct { void **p; size_t bytes; } a[] = {
         {(void **)&d->x, 2 * T * (size_t)c->D},       {(void **)&d->xn, 2 * T * (size_t)c->D},
         {(void **)&d->q, 2 * T * (size_t)c->qd},      {(void **)&d->attn, 2 * T * (size_t)c->qd},
@@ -587,7 +589,11 @@ static int alloc_all(cuda_backend *c) {
         {(void **)&d->eh, moe * 2 * TK * (size_t)c->F_exp},
         {(void **)&d->ey, moe * 4 * TK * (size_t)c->D},
         {(void **)&d->sy, (c->F_sh ? 4 : 0) * T * (size_t)c->D},
-        {(void **)&d->route, moe * 12 * TK},
+        {(void **)&d->moe.sel, moe * 4 * TK},         {(void **)&d->moe.rel, moe * 4 * TK},
+        {(void **)&d->moe.slot, moe * 4 * TK},        {(void **)&d->moe.wts, moe * 4 * TK},
+        {(void **)&d->moe.count, moe * 4 * E},        {(void **)&d->moe.start, moe * 4 * (E + 1)},
+        {(void **)&d->moe.entries, 16 * entries},     {(void **)&d->moe.n_entries, moe * 4},
+        {(void **)&d->moe.seen, moe * 8 * E},
         {(void **)&d->mq, mla * (c->mla_ql ? 4 : 0) * T * H * (size_t)(c->mla_nope + c->mla_rope)},
         {(void **)&d->qa, mla * 2 * T * (size_t)c->mla_ql},
         {(void **)&d->qlat, mla * 4 * T * H * Dk},
@@ -615,10 +621,10 @@ static int alloc_all(cuda_backend *c) {
     if (cudaMallocHost((void **)&h->srows, 4 * L) != cudaSuccess) h->srows = NULL;
     if (cudaMallocHost((void **)&h->sparams, sizeof *h->sparams * L) != cudaSuccess) h->sparams = NULL;
     if (cudaMallocHost((void **)&h->souts, sizeof *h->souts * L) != cudaSuccess) h->souts = NULL;
-    if (cudaMallocHost((void **)&h->rlog, 4 * T * (size_t)(c->E8 ? c->E8 : 1)) != cudaSuccess) h->rlog = NULL;
-    if (cudaMallocHost((void **)&h->route, 12 * (TK ? TK : 1)) != cudaSuccess) h->route = NULL;
+    h->moe_seen = calloc(E ? E : 1, sizeof(uint64_t));
+    if (moe && cudaMemset(d->moe.seen, 0, 8 * E) != cudaSuccess) return -1;
     return h->q_start && h->q_len && h->ctx_len && h->slot && h->work_idx && h->work_p && h->stats && h->tok_in &&
-                   h->row && h->srows && h->sparams && h->souts && h->rlog && h->route
+                   h->row && h->srows && h->sparams && h->souts && h->moe_seen
                ? 0
                : -1;
 }
@@ -642,11 +648,6 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
         c->F_sh = cf->n_ff_exp * cf->n_expert_shared;
         c->k_used = cf->n_expert_used;
         if (c->F_sh > c->F_alloc) c->F_alloc = c->F_sh;
-        if (!(c->moe = moe_state_create_routing(cf, o->max_tokens))) {
-            snprintf(err, errlen, "out of memory");
-            cuda_destroy(&c->base);
-            return -1;
-        }
     }
     if (cf->mla.kv_lora) {
         c->mla_R = cf->mla.kv_lora;

@@ -6,7 +6,7 @@
 #include "backend/cuda_step.h"
 #include "backend/cuda_weights.h"
 #include "invar_cuda.h"
-#include "model/moe.h"
+#include "model/moe.h" /* moe_combine_mode */
 
 typedef struct {
     uint16_t *x, *xn, *q, *attn, *o, *gu, *h, *hid;   /* bf16 activations */
@@ -20,10 +20,10 @@ typedef struct {
     float *swork;
     /* routed layers: router logits [T][E8]; expert rows in expert order: inputs [T k][D],
      * gate|up [T k][2 F_exp], hidden [T k][F_exp], outputs fp32 [T k][D]; the shared experts'
-     * output fp32 [T][D]; route [3][T k]: gather token, combine slot, combine weight (float) */
+     * output fp32 [T][D]; the device routing's tables (invar_cuda_moe_bufs) */
     float *rlog, *ey, *sy;
     uint16_t *xg, *egu, *eh;
-    int32_t *route;
+    invar_cuda_moe_bufs moe;
     /* MLA: q from wq_b fp32 [T][H qk] (q_lora), q_a normed bf16 [T][q_lora], the absorbed
      * queries fp32 [T][H][R + rope], the latent outputs fp32 [T][H][R] */
     float *mq, *qlat, *olat;
@@ -39,8 +39,7 @@ typedef struct {
     float *row;                  /* pinned: one logits row */
     int32_t *work_idx;
     float *work_p;
-    float *rlog;                 /* pinned: router logits [max_tokens][E8] */
-    int32_t *route;              /* pinned: [3][max_tokens k] as cuda_bufs.route */
+    uint64_t *moe_seen;          /* tests: the device's expert-count bits, downloaded when asked */
 } host_bufs;
 
 typedef struct cuda_graphs cuda_graphs;
@@ -58,11 +57,9 @@ typedef struct {
     int64_t vocab_pad;
     int64_t D, qd, kvd, F, wqkv;
     int64_t F_alloc;             /* gu / h widths: the dense FFN's or the shared experts' */
-    /* Mixture of experts (cuda_moe.c): routing on the host (moe_route) between the router
-     * GEMM and the experts' GEMMs, one device -> host -> device round-trip per routed layer;
-     * decode graphs are off for these models. */
-    moe_state *moe;              /* NULL for a dense model */
+    /* Mixture of experts (cuda_moe.c), routed on the device: k_used 0 for a dense model */
     int64_t E8, F_exp, F_sh, k_used;
+    bool moe_by_load;            /* the negative control's load-order combine */
     /* MLA (cuda_mla.c; kv_lora 0: none): the latent cache row is R + rope bf16 */
     int64_t mla_R, mla_rope, mla_nope, mla_vd, mla_ql, mla_nq;
     bool mla_split_by_batch;     /* the negative control's batch-dependent key split */
@@ -88,14 +85,16 @@ int cuda_fail(backend *b, const char *what);
 int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
               invar_cuda_dtype t, int64_t M, int64_t N, int64_t K);
 
-/* A routed layer's FFN of the T rows of d.xn into d.o (bf16), eager steps only (it waits
- * for the router's logits). */
+/* A routed layer's FFN of the T rows of d.xn into d.o (bf16); launches fixed by T alone. */
 int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T);
+/* The routing's work-list tile (rows per entry) for a forward of T tokens, and its rules. */
+int cuda_moe_tile_rows(const cuda_backend *c, int64_t T);
+invar_cuda_moe_cfg cuda_moe_cfg(const model_config *cf);
 /* A deepseek2 layer's attention of the T rows of d.xn into d.attn [T][H v_dim] (before
  * attn_output); writes their latent rows into the cache first. bt_stride: block-table row
  * stride of dev->btab. */
 int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, struct backend_kv *kv, int64_t il, int64_t T,
-                       const step_arrays *dev, int bt_stride);
+                       const step_arrays *dev, const invar_cuda_attn_launch *attn);
 
 /* Graphs of a KV cache: device bytes they will need, capture (reported in base.info; on
  * failure the cache just runs eagerly), release. */

@@ -127,9 +127,15 @@ static int fill_step(cuda_backend *c, cuda_graphs *g, backend_kv *kv, const fwd_
             for (int p = 1; p < max_pages; p++) bt[p] = 0;
         }
         hs.logit_rows[j] = j;
+        hs.tok_seq[j] = j; /* one token per sequence: row j of the block tables (MLA reads it) */
         h->q_start[j] = j;
         h->q_len[j] = 1;
         hs.ctx_len[j] = h->ctx_len[j];
+    }
+    hs.counts[1] = max_pages;
+    if (c->mla_R) { /* MLA's attention takes no item list, only the block-table stride */
+        hs.counts[0] = 0;
+        return 0;
     }
     invar_cuda_attn_shape sh;
     if (invar_cuda_attn_measure(rows, h->q_start, h->q_len, h->ctx_len, (int)cf->n_head, (int)cf->n_head_kv,

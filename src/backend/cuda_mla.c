@@ -6,12 +6,13 @@
  *   q                             q_a -> q (q_lora > 0: the invariant GEMM)
  *   absorb                        per head q_lat = W_UK^T q_nope, q_pe rope'd after it
  *   attention                     latent rows 0..pos, splits at fixed absolute positions
+ *                                 (graphs: the block-table stride from the staging buffer)
  *   output                        per head W_UV o_lat, heads side by side for attn_output */
 #ifdef INVAR_HAVE_CUDA
 #include "backend/cuda_backend.h"
 
 int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int64_t il, int64_t T,
-                       const step_arrays *dev, int bt_stride) {
+                       const step_arrays *dev, const invar_cuda_attn_launch *attn) {
     const model_config *cf = &c->base.m->cfg;
     const cuda_layer *L = &c->w.layers[il];
     const cuda_bufs *d = &c->d;
@@ -34,8 +35,13 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
     const int split = c->mla_split_by_batch ? INVAR_CUDA_PAGE * (1 + (int)(T % 4)) : INVAR_CUDA_KV_SPLIT;
     if (invar_cuda_mla_query(ctx, q, (int)ldq, L->mla_uk, (int)H, (int)nope, (int)R, (int)rope, c->w.rope_cs,
                              dev->pos, cf->rope_neox, d->qlat, (int)T) ||
-        invar_cuda_mla_attention(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab, bt_stride, d->olat, (int)T,
-                                 (int)H, (int)R, (int)rope, cf->attn_scale, split) ||
+        /* A graph's launch reads the block-table stride from its staging buffer (counts[1]). */
+        (attn->counts ? invar_cuda_mla_attention_dev(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab,
+                                                     attn->counts + 1, d->olat, (int)T, (int)H, (int)R, (int)rope,
+                                                     cf->attn_scale, split)
+                      : invar_cuda_mla_attention(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab,
+                                                 attn->max_pages, d->olat, (int)T, (int)H, (int)R, (int)rope,
+                                                 cf->attn_scale, split)) ||
         invar_cuda_mla_output(ctx, d->olat, L->mla_uv, (int)H, (int)R, (int)c->mla_vd, d->attn, (int)T))
         return -1;
     return 0;

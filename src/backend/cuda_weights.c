@@ -219,6 +219,7 @@ static int upload_moe(threadpool *tp, const model *m, const layer_weights *L, cu
         upload_experts(tp, L, c->n_expert, 1, &d->exp_gu, staging, err, errlen) ||
         upload_experts(tp, L, c->n_expert, 0, &d->exp_down, staging, err, errlen))
         return -1;
+    if (L->exp_probs_b && upload_f32(L->exp_probs_b, (size_t)c->n_expert, &d->exp_bias, err, errlen)) return -1;
     if (L->sh_gate.data && (upload_stack(tp, sgu, 2, 0, &d->sh_gu, staging, err, errlen) ||
                             upload_stack(tp, sdown, 1, 0, &d->sh_down, staging, err, errlen)))
         return -1;
@@ -295,7 +296,7 @@ void cuda_weights_free(cuda_weights *w) {
             cuda_layer *d = &w->layers[il];
             void *ps[] = {d->wqkv,    d->wo,       d->wgu,    d->wdown,  d->attn_norm, d->ffn_norm, d->bqkv,
                           d->q_norm,  d->k_norm,   d->router, d->exp_gu, d->exp_down,  d->sh_gu,    d->sh_down,
-                          d->mla_a,   d->mla_qb,   d->mla_uk, d->mla_uv, d->q_a_norm,  d->kv_a_norm};
+                          d->mla_a,   d->mla_qb,   d->mla_uk, d->mla_uv, d->q_a_norm,  d->kv_a_norm, d->exp_bias};
             for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
         }
     free(w->layers);

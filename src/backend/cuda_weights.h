@@ -19,6 +19,7 @@ typedef struct {
     uint16_t *exp_gu;           /* [n_expert][2 n_ff_exp][n_embd]: each expert's gate rows, then its up rows */
     uint16_t *exp_down;         /* [n_expert][n_embd][n_ff_exp] */
     uint16_t *sh_gu, *sh_down;  /* deepseek2's shared experts as one FFN ([2 F_sh][n_embd], [n_embd][F_sh]) or NULL */
+    float *exp_bias;            /* deepseek2's score-correction bias [n_expert], or NULL */
     /* MLA (deepseek2; wqkv is then NULL): */
     uint16_t *mla_a;            /* [Nq + kv_lora + rope][n_embd]: wq (q_lora 0) or wq_a, then wkv_a */
     uint16_t *mla_qb;           /* [n_head (qk_nope + rope)][q_lora], or NULL */

@@ -39,7 +39,7 @@ void moe_state_free(moe_state *s) {
     free(s);
 }
 
-static moe_state *state_create(const model_config *c, int64_t max_tokens, bool rows) {
+moe_state *moe_state_create(const model_config *c, int64_t max_tokens) {
     moe_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     *s = (moe_state){
@@ -59,11 +59,10 @@ static moe_state *state_create(const model_config *c, int64_t max_tokens, bool r
     s->start = malloc(sizeof(int64_t) * (E + 1));
     s->fill = malloc(sizeof(int64_t) * E);
     s->slot = malloc(sizeof(int64_t) * TK);
-    const size_t TKr = rows ? TK : 1; /* routing only: no expert rows on the host */
-    s->xg = falloc(TKr * (size_t)s->D);
-    s->g = falloc(TKr * (size_t)s->F);
-    s->u = falloc(TKr * (size_t)s->F);
-    s->y = falloc(TKr * (size_t)s->D);
+    s->xg = falloc(TK * (size_t)s->D);
+    s->g = falloc(TK * (size_t)s->F);
+    s->u = falloc(TK * (size_t)s->F);
+    s->y = falloc(TK * (size_t)s->D);
     s->seen = calloc(E, sizeof(uint64_t));
     s->score = malloc(sizeof(float) * 2 * E);
     s->groups = malloc(sizeof(cpu_matmul_group) * 2 * E);
@@ -75,10 +74,6 @@ static moe_state *state_create(const model_config *c, int64_t max_tokens, bool r
     return s;
 }
 
-moe_state *moe_state_create(const model_config *c, int64_t max_tokens) { return state_create(c, max_tokens, true); }
-moe_state *moe_state_create_routing(const model_config *c, int64_t max_tokens) {
-    return state_create(c, max_tokens, false);
-}
 
 void moe_state_set_combine(moe_state *s, moe_combine_mode mode) { s->combine = mode; }
 const uint64_t *moe_counts_seen(const moe_state *s) { return s->seen; }
@@ -202,15 +197,6 @@ static void route_rows(moe_state *s, const layer_weights *L, int64_t T) {
         else route_token(s, t, s->normalise);
 }
 
-void moe_route(moe_state *s, const layer_weights *L, const float *logits, int64_t ld, int64_t T) {
-    for (int64_t t = 0; t < T; t++) memcpy(s->logits + t * s->E, logits + t * ld, sizeof(float) * (size_t)s->E);
-    route_rows(s, L, T);
-    group_slots(s, T);
-}
-
-moe_routing moe_routing_of(const moe_state *s) {
-    return (moe_routing){s->sel, s->wts, s->count, s->start, s->slot};
-}
 
 /* SiLU(gate) * up over the sorted rows, ROWS_PER_TASK rows a task: each row on its own, so
  * the split cannot change a bit. */
@@ -260,7 +246,9 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
     if (grouped) cpu_matmul_grouped(tp, ng, s->groups, scratch);
 }
 
-void moe_combine_order(const moe_state *s, int64_t t, int *order) {
+/* The order (ranks 0..k-1 permuted) in which token t's expert outputs are summed: rank
+ * order, or under MOE_COMBINE_BY_LOAD the control's load order. */
+static void combine_order(const moe_state *s, int64_t t, int *order) {
     const int64_t k = s->k;
     const int32_t *sel = s->sel + t * k;
     for (int r = 0; r < k; r++) order[r] = r;
@@ -278,7 +266,7 @@ void moe_combine_order(const moe_state *s, int64_t t, int *order) {
 void moe_combine_row(const moe_state *s, int64_t t, float *out) {
     const int64_t k = s->k, D = s->D;
     int order[MODEL_MAX_EXPERTS_USED];
-    moe_combine_order(s, t, order);
+    combine_order(s, t, order);
     for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
     for (int r = 0; r < k; r++) {
         const float w = s->wts[t * k + order[r]], *y = s->y + s->slot[t * k + order[r]] * D;

@@ -27,8 +27,6 @@ typedef struct moe_state moe_state;
 
 /* Buffers for up to max_tokens tokens; NULL when out of memory. */
 moe_state *moe_state_create(const model_config *c, int64_t max_tokens);
-/* A state for moe_route only (moe_run_experts must not be called on it). */
-moe_state *moe_state_create_routing(const model_config *c, int64_t max_tokens);
 void moe_state_free(moe_state *s);
 void moe_state_set_combine(moe_state *s, moe_combine_mode mode);
 
@@ -41,21 +39,6 @@ void moe_run_experts(moe_state *s, threadpool *tp, const layer_weights *L, const
 /* out[n_embd] = token t's weighted sum of its experts' outputs. Rows may run concurrently. */
 void moe_combine_row(const moe_state *s, int64_t t, float *out);
 
-/* The routing alone, for a backend whose experts run elsewhere (the CUDA backend): the T
- * rows of router logits (row stride ld >= n_expert) routed exactly as moe_run_experts
- * routes them, and the (token, rank) pairs grouped by expert as it groups them. */
-void moe_route(moe_state *s, const layer_weights *L, const float *logits, int64_t ld, int64_t T);
-typedef struct {
-    const int32_t *sel;   /* [T][k] expert of each (token, rank) */
-    const float *wts;     /* [T][k] its weight */
-    const int64_t *count; /* [n_expert] tokens routed to each expert */
-    const int64_t *start; /* [n_expert + 1] first sorted slot of each expert */
-    const int64_t *slot;  /* [T][k] sorted slot of each (token, rank) */
-} moe_routing;
-moe_routing moe_routing_of(const moe_state *s);
-/* The order (ranks 0..k-1 permuted) in which token t's expert outputs are summed: rank
- * order, or under MOE_COMBINE_BY_LOAD the control's load order. */
-void moe_combine_order(const moe_state *s, int64_t t, int *order);
 
 /* Tests: seen[e] has bit c-1 set when some forward gave expert e exactly c tokens in one
  * layer (bit 63: 64 or more); accumulated since the state was made. n_expert entries. */

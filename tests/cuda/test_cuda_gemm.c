@@ -6,6 +6,8 @@
  *  - every output element written (output poisoned with NaN first), run-to-run equality;
  *  - the narrow small-M kernel: every (tile width, chain count) it is built for gives the wide
  *    kernel's bits at the same M;
+ *  - the wide kernel's two large tile widths (128, 192 columns), with and without clusters,
+ *    give the same bits; the same comparison against another K chunk must differ;
  *  - negative controls: cuBLAS on the same check must show differing rows on some shape, and
  *    so must the narrow kernel with its chunk fold reversed. */
 #include <math.h>
@@ -130,6 +132,49 @@ static void accuracy(const uint16_t *A, const uint16_t *W, const uint16_t *dA, c
     }
     free(ref);
     free(got);
+}
+
+/* The large configuration at 128 and at 192 columns (cluster on and off): the same bytes.
+ * Control: 192 columns with a 512 K chunk (the same kernel, another fixed order) must differ
+ * from 128 columns at the shipped 1024, so the comparison sees a changed order. */
+static void wide_widths(const uint16_t *dA, const uint16_t *dW, int small)
+{
+    static const int shp[][3] = {{257, 1000, 3072}, {1000, 328, 1096}, {2048, 4096, 4096}, {300, 6144, 4096},
+                                 {640, 4096, 14336}};
+    int nshape = small ? 2 : 5, runs = 0, differ = 0;
+    long ctrl = 0;
+    for (int s = 0; s < nshape; s++) {
+        int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+        size_t bytes = (size_t)M * N * 2;
+        uint16_t *ref = dmalloc(bytes), *got = dmalloc(bytes);
+        for (int cl = 1; cl >= 0; cl--) {
+            invar_cuda_gemm_experiment_cluster(ctx, cl);
+            invar_cuda_gemm_experiment_wide_bn(ctx, 128);
+            run(invar_cuda_gemm, dA, dW, ref, INVAR_CUDA_BF16, M, N, K);
+            invar_cuda_gemm_experiment_wide_bn(ctx, 192);
+            invar_cuda_gemm_plan pl;
+            invar_cuda_gemm_describe(ctx, M, N, K, &pl);
+            run(invar_cuda_gemm, dA, dW, got, INVAR_CUDA_BF16, M, N, K);
+            long d = invar_cuda_rows_differ(ctx, ref, got, (size_t)M, (size_t)N * 2);
+            printf("M=%5d N=%6d K=%6d cluster=%d: BN %d vs 128: %ld rows differ\n", M, N, K, pl.cluster, pl.bn, d);
+            EXPECT(pl.bn == 192, "forced 192 columns not taken (M=%d N=%d K=%d)", M, N, K);
+            runs++;
+            differ += d != 0;
+            if (cl) {
+                CKI(invar_cuda_gemm_experiment_kc(ctx, dA, dW, got, INVAR_CUDA_BF16, M, N, K, 512));
+                CK(cudaDeviceSynchronize());
+                ctrl += invar_cuda_rows_differ(ctx, ref, got, (size_t)M, (size_t)N * 2);
+            }
+        }
+        CK(cudaFree(ref));
+        CK(cudaFree(got));
+    }
+    invar_cuda_gemm_experiment_wide_bn(ctx, 0);
+    invar_cuda_gemm_experiment_cluster(ctx, 1); /* the defaults */
+    printf("wide widths: %d of %d forced runs differ from 128 columns\n", differ, runs);
+    printf("negative control: 192 columns at a 512 K chunk differ on %ld rows\n", ctrl);
+    EXPECT(differ == 0, "%d wide-width runs differ", differ);
+    EXPECT(ctrl > 0, "the K-chunk control did not differ: the width comparison proves nothing");
 }
 
 /* For a few shapes and small M: the wide kernel's result, then every narrow configuration
@@ -288,6 +333,8 @@ int main(int argc, char **argv)
         CK(cudaFree(c1));
         CK(cudaFree(c2));
     }
+    printf("== wide kernel: 192 vs 128 columns (same bits expected) ==\n");
+    wide_widths(dA, dW, small);
     printf("== narrow kernel: every configuration vs the wide kernel (same bits expected) ==\n");
     narrow_configs(dA, dW, small);
     printf("== negative control (narrow kernel, chunk fold reversed; same check) ==\n");

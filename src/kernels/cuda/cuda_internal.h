@@ -19,6 +19,7 @@ struct invar_cuda_ctx {
     int gemm_cluster;           /* use 2-CTA clusters with B multicast where the plan allows */
     int gemm_max_clusters;      /* resident 2-CTA clusters usable (-1: not asked yet, 0: off) */
     int gemm_max_clusters_raw;  /* what the occupancy query said */
+    int gemm_wide_bn;           /* experiments: 0 the planner's choice, 128 or 192 forced (large tiles) */
     int gemm_narrow;            /* 1: small M runs on the narrow multi-chain kernel (gemm_narrow.cu) */
     int gemm_narrow_force;      /* experiments: 0 the planner's choice, else BN * 16 + G */
     int gemm_narrow_kt;         /* experiments: K-tiles per stage (0: GEMM_NARROW_KT_STAGE) */

@@ -10,7 +10,7 @@
  * boundaries are absolute multiples of KC, so they do not move with M. What may change with
  * M is only the CTA tile (1 or 2 consumer warpgroups of 64 rows; the tile width), the grid,
  * and where a tile's chunks run:
- *  - wide kernel (gemm_invariant.cu, 64 x 128 and 128 x 128 tiles): the chunks one after the
+ *  - wide kernel (gemm_invariant.cu, 64 x 128, 128 x 128 and 128 x 192 tiles): the chunks one after the
  *    other in one CTA (the fold happens in registers), or each on its own CTA (each P_c goes
  *    to a workspace and a fold kernel adds them in the same order);
  *  - narrow kernel (gemm_narrow.cu, M <= GEMM_NARROW_MAX_M, 64 x BN tiles with BN in
@@ -22,11 +22,15 @@
 #include "invar_cuda.h"
 
 #define GEMM_BK 64          /* K elements per tile = 128 bytes of bf16 = one swizzle row */
-#define GEMM_MMA_M 64       /* wgmma.m64n128k16: the only MMA instruction used */
-#define GEMM_MMA_N 128
+#define GEMM_MMA_M 64       /* wgmma.m64nNk16: the only MMA instructions used */
 #define GEMM_MMA_K 16
 #define GEMM_KC 1024        /* absolute K chunk at which partial sums restart */
-#define GEMM_BN 128         /* wide kernel: one wgmma covers the tile's N */
+#define GEMM_BN 128         /* wide kernel's default tile width: one wgmma covers the tile's N */
+/* Large configuration at 192 columns: each SM pulls 24% fewer L2 bytes per multiply-add
+ * than at 128 (the 128 x 128 tiles are L2-to-SM bound, notes_gemm.md). Its chunk
+ * accumulators and total take 96 + 96 fp32 registers of the 240 a consumer gets. */
+#define GEMM_WIDE_BN 192
+#define GEMM_WIDE_STAGES 5
 
 /* Config "small": 1 consumer warpgroup, 64-row tiles, deep pipeline (memory-bound shapes). */
 #define GEMM_SMALL_CONSUMERS 1
@@ -44,7 +48,11 @@
 
 static_assert(GEMM_SMALL_BK == GEMM_BK && GEMM_LARGE_BK == GEMM_BK,
               "every configuration uses the same K-tile");
-static_assert(GEMM_BN == GEMM_MMA_N, "wide kernel: one m64n128k16 per warpgroup and k16 step");
+static_assert(GEMM_BN == 128 && GEMM_WIDE_BN % 16 == 0 && GEMM_WIDE_BN <= 256,
+              "wide kernel: one m64nNk16 per warpgroup and k16 step (N a wgmma width)");
+static_assert(GEMM_WIDE_BN / 2 * 2 <= 200, "chunk accumulators + total + addressing fit in 240 registers");
+static_assert(GEMM_WIDE_BN / 2 * GEMM_BK * 2 % 1024 == 0,
+              "a cluster rank's half of the B tile keeps the 1 KB swizzle alignment");
 static_assert(GEMM_SMALL_BM % GEMM_MMA_M == 0 && GEMM_LARGE_BM % GEMM_MMA_M == 0,
               "M tiles are whole warpgroups of the same instruction");
 static_assert(GEMM_BK % GEMM_MMA_K == 0 && GEMM_BK / GEMM_MMA_K == 4,

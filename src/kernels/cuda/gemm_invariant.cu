@@ -1,5 +1,5 @@
-/* Batch-invariant GEMM for Hopper: TMA loads, an mbarrier pipeline, wgmma.m64n128k16,
- * persistent CTAs. C[M,N] = A[M,K] . W[N,K]^T; the arithmetic per output element is fixed
+/* Batch-invariant GEMM for Hopper: TMA loads, an mbarrier pipeline, wgmma.m64nNk16 (N = the
+ * tile width, 128 or 192), persistent CTAs. C[M,N] = A[M,K] . W[N,K]^T; the arithmetic per output element is fixed
  * by gemm_config.cuh and does not depend on M. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -24,17 +24,32 @@ struct gemm_params {
     int stages;
     int out_f32;
     int cluster;        /* 1: CTA pairs along M share each B tile through TMA multicast */
+    int bn;             /* tile width (the kernel's template argument) */
     void *out;
     float *ws;          /* [n_chunks][M][N] partials (split only) */
+    /* Grouped mode (mixture of experts, invar_cuda_gemm_grouped): the A rows are the experts'
+     * sorted rows, W is [E][N][K] viewed as [E N][K], and the units are (entry, N tile) for the
+     * *n_entries entries {first row, end row, expert, 0} a device kernel wrote. NULL: plain. */
+    const int4 *entries;
+    const int *n_entries;
 };
 
-#define B_TILE_BYTES (GEMM_BN * GEMM_BK * 2)
+/* Where a unit's tile reads and writes: first A row, end of its valid rows (stores stop
+ * there), first W row. */
+struct unit_rows {
+    int a_row, m_end, w_row;
+};
 
 static __device__ __forceinline__ void unit_tile(const struct gemm_params *p, int u, int *tm,
                                                  int *tn, int *chunk)
 {
     int t = u;
     *chunk = -1;
+    if (p->entries) { /* grouped: entry-major, consecutive units walk one expert's N tiles */
+        *tm = u / p->tiles_n;
+        *tn = u % p->tiles_n;
+        return;
+    }
     if (p->split) {
         *chunk = u % p->n_chunks;
         t = u / p->n_chunks;
@@ -47,6 +62,23 @@ static __device__ __forceinline__ void unit_tile(const struct gemm_params *p, in
     int r = t % group;
     *tm = first_m + r % gm;
     *tn = r / gm;
+}
+
+static __device__ __forceinline__ struct unit_rows unit_rows_of(const struct gemm_params *p, int tm, int tn, int bm,
+                                                                int bn)
+{
+    struct unit_rows r;
+    if (p->entries) {
+        const int4 en = p->entries[tm];
+        r.a_row = en.x;
+        r.m_end = en.y;
+        r.w_row = en.z * p->N + tn * bn;
+    } else {
+        r.a_row = tm * bm;
+        r.m_end = p->M;
+        r.w_row = tn * bn;
+    }
+    return r;
 }
 
 /* With p.cluster, CTA pairs (cluster ranks 0, 1) take M tiles 2t and 2t+1 of one N tile; rank r
@@ -65,9 +97,12 @@ static __device__ __forceinline__ void release_stage(const int cl, uint32_t bar,
     }
 }
 
+template <int BN>
 static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, const CUtensorMap *tmap_b,
                                                  const struct gemm_params &p, const int cl)
 {
+    constexpr uint32_t B_TILE_BYTES = BN * GEMM_BK * 2;
+    constexpr int NACC = BN / 2; /* fp32 accumulator registers per thread of a 64 x BN tile */
     extern __shared__ uint8_t smem_raw[];
     /* 128B-swizzled tiles need 1024-byte alignment; the host asked for 1 KB of slack. */
     uint32_t raw = smem_u32(smem_raw);
@@ -104,15 +139,18 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const int bm = p.consumers * GEMM_MMA_M;
+    /* Grouped mode learns its unit count from the routing kernel's output (after the wait). */
+    const int n_units = p.entries ? *p.n_entries * p.tiles_n : p.units;
     if (wg == 0) {
         /* Producer warpgroup: one thread issues every TMA load. */
         SETMAXNREG_DEC(24);
         if (tid == 0) {
         uint32_t it = 0;
-        for (int u = u0; u < p.units; u += ustep) {
+        for (int u = u0; u < n_units; u += ustep) {
             int tm, tn, chunk;
             unit_tile(&p, u, &tm, &tn, &chunk);
             if (cl) tm = 2 * tm + (int)rank;
+            const struct unit_rows ur = unit_rows_of(&p, tm, tn, bm, BN);
             int kt0 = 0, kt1 = p.k_tiles;
             if (chunk >= 0) {
                 kt0 = chunk * p.kc_tiles;
@@ -125,12 +163,12 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
                 uint32_t fb = full0 + 8 * s;
                 mbar_arrive_expect_tx(fb, stage_bytes);
                 uint32_t sa = base + s * stage_bytes;
-                tma_load_2d(sa, tmap_a, kt * GEMM_BK, tm * bm, fb);
+                tma_load_2d(sa, tmap_a, kt * GEMM_BK, ur.a_row, fb);
                 if (cl)
                     tma_load_2d_multicast(sa + a_bytes + rank * (B_TILE_BYTES / 2), tmap_b, kt * GEMM_BK,
-                                          tn * GEMM_BN + (int)rank * (GEMM_BN / 2), fb, (uint16_t)3);
+                                          ur.w_row + (int)rank * (BN / 2), fb, (uint16_t)3);
                 else
-                    tma_load_2d(sa + a_bytes, tmap_b, kt * GEMM_BK, tn * GEMM_BN, fb);
+                    tma_load_2d(sa + a_bytes, tmap_b, kt * GEMM_BK, ur.w_row, fb);
             }
         }
         if (cl) cluster_sync(); /* the peer may still arrive on our barriers */
@@ -142,22 +180,23 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
     const int warp = tid / 32, lane = tid % 32;
     const int lane_row = warp * 16 + lane / 4;
     const int lane_col = 2 * (lane % 4);
-    float acc[64];
-    float total[64];
+    float acc[NACC];
+    float total[NACC];
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
     uint32_t it = 0;
-    for (int u = u0; u < p.units; u += ustep) {
+    for (int u = u0; u < n_units; u += ustep) {
         int tm, tn, chunk;
         unit_tile(&p, u, &tm, &tn, &chunk);
         if (cl) tm = 2 * tm + (int)rank;
+        const struct unit_rows ur = unit_rows_of(&p, tm, tn, bm, BN);
         int c0 = 0, c1 = p.n_chunks;
         if (chunk >= 0) {
             c0 = chunk;
             c1 = chunk + 1;
         }
 #pragma unroll
-        for (int i = 0; i < 64; i++) total[i] = 0.0f;
+        for (int i = 0; i < NACC; i++) total[i] = 0.0f;
         for (int ch = c0; ch < c1; ch++) {
             int kt0 = ch * p.kc_tiles;
             int kt1 = min(kt0 + p.kc_tiles, p.k_tiles);
@@ -171,7 +210,7 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < GEMM_BK / GEMM_MMA_K; kk++) {
-                    wgmma_bf16<GEMM_BN>(acc, smem_desc_sw128(sa + 32 * kk),
+                    wgmma_bf16<BN>(acc, smem_desc_sw128(sa + 32 * kk),
                                           smem_desc_sw128(sb + 32 * kk),
                                           (kt == kt0 && kk == 0) ? 0 : 1);
                 }
@@ -187,20 +226,20 @@ static __device__ __forceinline__ void gemm_body(const CUtensorMap *tmap_a, cons
             release_stage(cl, empty0 + 8 * prev_s, lane, rank);
             if (chunk < 0) {
 #pragma unroll
-                for (int i = 0; i < 64; i++) total[i] = __fadd_rn(total[i], acc[i]);
+                for (int i = 0; i < NACC; i++) total[i] = __fadd_rn(total[i], acc[i]);
             }
         }
-        const int row0 = tm * bm + c * GEMM_MMA_M;
-        const int col0 = tn * GEMM_BN;
+        const int row0 = ur.a_row + c * GEMM_MMA_M;
+        const int col0 = tn * BN;
         if (chunk < 0) {
-            gemm_store_frag<GEMM_BN>(p.out, p.out_f32, p.M, p.N, total, row0, col0, lane_row, lane_col);
+            gemm_store_frag<BN>(p.out, p.out_f32, ur.m_end, p.N, total, row0, col0, lane_row, lane_col);
             continue;
         }
         /* Split: publish this chunk's partial sums; gemm_fold_kernel adds the chunks of
          * every element in chunk order (the same fold as the in-register path above). */
         float *part = p.ws + (size_t)chunk * p.M * p.N;
 #pragma unroll
-        for (int j = 0; j < GEMM_BN / 8; j++) {
+        for (int j = 0; j < BN / 8; j++) {
             int col = col0 + 8 * j + lane_col;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -238,20 +277,36 @@ __global__ void gemm_fold_kernel(const float *ws, int n_chunks, size_t mn, void 
     }
 }
 
+template <int BN>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
 gemm_invariant_kernel(const __grid_constant__ CUtensorMap tm_a,
                       const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
 {
-    gemm_body(&tm_a, &tm_b, p, 0);
+    gemm_body<BN>(&tm_a, &tm_b, p, 0);
 }
 
 /* The same body on 2-CTA clusters (B multicast); a separate kernel so the single-CTA one
  * carries no cluster branches. */
+template <int BN>
 __global__ void __launch_bounds__(GEMM_THREADS, 1)
 gemm_cluster_kernel(const __grid_constant__ CUtensorMap tm_a,
                     const __grid_constant__ CUtensorMap tm_b, const struct gemm_params p)
 {
-    gemm_body(&tm_a, &tm_b, p, 1);
+    gemm_body<BN>(&tm_a, &tm_b, p, 1);
+}
+
+typedef void (*gemm_kernel_fn)(const CUtensorMap, const CUtensorMap, const struct gemm_params);
+static gemm_kernel_fn wide_kernel(int bn, int cl)
+{
+    if (bn == GEMM_WIDE_BN) return cl ? gemm_cluster_kernel<GEMM_WIDE_BN> : gemm_invariant_kernel<GEMM_WIDE_BN>;
+    return cl ? gemm_cluster_kernel<GEMM_BN> : gemm_invariant_kernel<GEMM_BN>;
+}
+
+/* Shared memory of a wide configuration: 1 KB alignment slack, the stages, their barriers. */
+static size_t wide_smem(int bm, int bn, int stages)
+{
+    return 1024 + (size_t)stages * ((size_t)bm * GEMM_BK * 2 + (size_t)bn * GEMM_BK * 2) +
+           2 * (size_t)stages * sizeof(uint64_t) + 16;
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
@@ -260,6 +315,20 @@ static double wave_eff(long units, int sms)
 {
     long waves = (units + sms - 1) / sms;
     return (double)units / (double)(waves * sms);
+}
+
+/* The large configuration's tile width: 192 columns cut the L2 bytes per multiply-add, 128
+ * fill the last wave better on some shapes. Estimated time per width = waves x width / its
+ * relative speed (GEMM_WIDE_SPEED: 192 columns' per-column rate over 128's, measured on the
+ * H200 sweep); both widths give the same bits, so only speed rides on this. */
+#define GEMM_WIDE_SPEED 1.05 /* median over the 35-point sweep of 2026-12-03 (notes_gemm.md) */
+static int wide_bn(const invar_cuda_ctx *ctx, int M, int N)
+{
+    if (ctx->gemm_wide_bn == GEMM_BN || ctx->gemm_wide_bn == GEMM_WIDE_BN) return ctx->gemm_wide_bn;
+    long tm = (M + GEMM_LARGE_BM - 1) / GEMM_LARGE_BM, sms = ctx->sm_count;
+    long w128 = (tm * ((N + GEMM_BN - 1) / GEMM_BN) + sms - 1) / sms;
+    long w192 = (tm * ((N + GEMM_WIDE_BN - 1) / GEMM_WIDE_BN) + sms - 1) / sms;
+    return (double)w192 * GEMM_WIDE_BN / GEMM_WIDE_SPEED < (double)w128 * GEMM_BN ? GEMM_WIDE_BN : GEMM_BN;
 }
 
 static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, int force_split,
@@ -291,6 +360,12 @@ static int describe_kc(const invar_cuda_ctx *ctx, int M, int N, int K, int kc, i
     if (force_split || (n_chunks > 1 && want && wave_eff(tiles * n_chunks, sms) > wave_eff(tiles, sms))) {
         o->split = 1;
         o->units = (int)(tiles * n_chunks);
+    }
+    if (large && !o->split && wide_bn(ctx, M, N) != GEMM_BN) {
+        o->bn = GEMM_WIDE_BN;
+        o->stages = GEMM_WIDE_STAGES;
+        tiles = (long)((M + GEMM_LARGE_BM - 1) / GEMM_LARGE_BM) * ((N + GEMM_WIDE_BN - 1) / GEMM_WIDE_BN);
+        o->units = (int)tiles;
     }
     o->grid = o->units < sms ? o->units : sms;
     o->cluster = 0;
@@ -337,9 +412,10 @@ static void query_clusters(invar_cuda_ctx *ctx)
 {
     if (ctx->gemm_max_clusters >= 0) return;
     ctx->gemm_max_clusters = 0;
-    size_t smem = 1024 + (size_t)GEMM_LARGE_STAGES * (GEMM_LARGE_BM * GEMM_BK * 2 + B_TILE_BYTES) +
-                  2 * GEMM_LARGE_STAGES * sizeof(uint64_t) + 16;
-    if (cudaFuncSetAttribute(gemm_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+    /* The 192-wide configuration needs a little more shared memory; one CTA per SM either way,
+     * so the count holds for both. */
+    size_t smem = wide_smem(GEMM_LARGE_BM, GEMM_BN, GEMM_LARGE_STAGES);
+    if (cudaFuncSetAttribute(gemm_cluster_kernel<GEMM_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
         cudaSuccess)
         return;
     cudaLaunchAttribute at;
@@ -354,7 +430,7 @@ static void query_clusters(invar_cuda_ctx *ctx)
     cfg.attrs = &at;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, gemm_cluster_kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_cluster_kernel<GEMM_BN>, &cfg) != cudaSuccess) {
         cudaGetLastError();
         return;
     }
@@ -382,7 +458,8 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.tiles_m = (M + pl.bm - 1) / pl.bm;
     p.cluster = pl.cluster;
     if (pl.cluster) p.tiles_m /= 2; /* the raster walks pairs */
-    p.tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
+    p.tiles_n = (N + pl.bn - 1) / pl.bn;
+    p.bn = pl.bn;
     p.n_chunks = pl.n_chunks;
     p.kc_tiles = kc / GEMM_BK;
     p.k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
@@ -394,6 +471,8 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     p.out_f32 = c_type == INVAR_CUDA_F32;
     p.out = c;
     p.ws = partials;
+    p.entries = NULL;
+    p.n_entries = NULL;
     if (pl.split && !partials) {
         size_t need = (size_t)pl.n_chunks * M * N * sizeof(float);
         int rc = invar_cuda_grow(ctx, (void **)&ctx->gemm_ws, &ctx->gemm_ws_bytes, need, 0);
@@ -401,15 +480,15 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
         p.ws = ctx->gemm_ws;
     }
     CUtensorMap ma, mb;
-    if (gemm_make_map(ctx, &ma, a, M, K, pl.bm) || gemm_make_map(ctx, &mb, w, N, K, pl.cluster ? GEMM_BN / 2 : GEMM_BN))
+    if (gemm_make_map(ctx, &ma, a, M, K, pl.bm) || gemm_make_map(ctx, &mb, w, N, K, pl.cluster ? pl.bn / 2 : pl.bn))
         return INVAR_CUDA_ECUDA;
-    size_t smem = 1024 + (size_t)pl.stages * (pl.bm * GEMM_BK * 2 + B_TILE_BYTES) +
-                  2 * pl.stages * sizeof(uint64_t) + 16;
+    size_t smem = wide_smem(pl.bm, pl.bn, pl.stages);
+    const gemm_kernel_fn kern = wide_kernel(pl.bn, pl.cluster);
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm: %zu bytes of smem > %zu", smem,
                                ctx->smem_optin);
     if (invar_cuda_check(ctx,
-                         cudaFuncSetAttribute(pl.cluster ? gemm_cluster_kernel : gemm_invariant_kernel,
+                         cudaFuncSetAttribute(kern,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               (int)smem),
                          "gemm smem attribute"))
@@ -429,8 +508,7 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
     cfg.stream = ctx->stream;
     cfg.attrs = attrs;
     cfg.numAttrs = 2;
-    if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, pl.cluster ? gemm_cluster_kernel : gemm_invariant_kernel,
-                                                 ma, mb, p),
+    if (invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, kern, ma, mb, p),
                          "gemm launch"))
         return INVAR_CUDA_ECUDA;
     if (pl.split && !partials) {
@@ -445,6 +523,74 @@ static int gemm_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, vo
             return INVAR_CUDA_ECUDA;
     }
     return 0;
+}
+
+/* The experts' products in one launch (mixture of experts): the wide kernel in its small (64
+ * rows, 1 consumer) or large (128 rows, 2 consumers) configuration at 128 columns, no split,
+ * no cluster, its units the device work list's entries times the N tiles. The per-element
+ * arithmetic is the plain kernel's, so a row's bits are what invar_cuda_gemm gives it. */
+static int gemm_grouped_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c, invar_cuda_dtype c_type,
+                           int rows, int N, int K, int E, const int32_t *entries, const int32_t *n_entries,
+                           int max_entries, int bm, int kc)
+{
+    if (rows <= 0 || N <= 0 || K <= 0 || E <= 0 || N % 8 || K % 8 || max_entries <= 0 || kc <= 0 || kc % GEMM_BK ||
+        (bm != GEMM_SMALL_BM && bm != GEMM_LARGE_BM) || (long)E * N > INT32_MAX || !entries || !n_entries)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm grouped: bad shape rows=%d N=%d K=%d E=%d bm=%d", rows, N,
+                               K, E, bm);
+    if (((uintptr_t)a | (uintptr_t)w | (uintptr_t)c | (uintptr_t)entries) & 15)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "gemm grouped: pointers must be 16-byte aligned");
+    struct gemm_params p = {};
+    p.M = rows;
+    p.N = N;
+    p.K = K;
+    p.tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
+    p.tiles_m = max_entries;
+    p.n_chunks = (K + kc - 1) / kc;
+    p.kc_tiles = kc / GEMM_BK;
+    p.k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
+    p.consumers = bm / GEMM_MMA_M;
+    p.stages = bm == GEMM_SMALL_BM ? GEMM_SMALL_STAGES : GEMM_LARGE_STAGES;
+    p.out_f32 = c_type == INVAR_CUDA_F32;
+    p.out = c;
+    p.bn = GEMM_BN;
+    p.entries = (const int4 *)entries;
+    p.n_entries = n_entries;
+    CUtensorMap ma, mb;
+    if (gemm_make_map(ctx, &ma, a, rows, K, bm) || gemm_make_map(ctx, &mb, w, E * N, K, GEMM_BN))
+        return INVAR_CUDA_ECUDA;
+    const size_t smem = wide_smem(bm, GEMM_BN, p.stages);
+    const gemm_kernel_fn kern = wide_kernel(GEMM_BN, 0);
+    if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                         "gemm grouped smem attribute"))
+        return INVAR_CUDA_ECUDA;
+    const long units = (long)max_entries * p.tiles_n;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(units < ctx->sm_count ? units : ctx->sm_count));
+    cfg.blockDim = dim3((p.consumers + 1) * 128);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx->stream;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    return invar_cuda_check(ctx, cudaLaunchKernelEx(&cfg, kern, ma, mb, p), "gemm grouped launch") ? INVAR_CUDA_ECUDA
+                                                                                                    : 0;
+}
+
+extern "C" int invar_cuda_gemm_grouped(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                                       invar_cuda_dtype c_type, int rows, int N, int K, int E,
+                                       const int32_t *entries, const int32_t *n_entries, int max_entries, int bm)
+{
+    return gemm_grouped_kc(ctx, a, w, c, c_type, rows, N, K, E, entries, n_entries, max_entries, bm, GEMM_KC);
+}
+
+extern "C" int invar_cuda_gemm_grouped_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w,
+                                                     void *c, invar_cuda_dtype c_type, int rows, int N, int K,
+                                                     int E, const int32_t *entries, const int32_t *n_entries,
+                                                     int max_entries, int bm, int k_chunk)
+{
+    return gemm_grouped_kc(ctx, a, w, c, c_type, rows, N, K, E, entries, n_entries, max_entries, bm, k_chunk);
 }
 
 extern "C" int invar_cuda_gemm(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
@@ -496,6 +642,11 @@ extern "C" void invar_cuda_gemm_experiment_narrow_layout(invar_cuda_ctx *ctx, in
 extern "C" void invar_cuda_testing_gemm_narrow_reversed(invar_cuda_ctx *ctx, int on)
 {
     ctx->testing_gemm_narrow_reversed = on != 0;
+}
+
+extern "C" void invar_cuda_gemm_experiment_wide_bn(invar_cuda_ctx *ctx, int bn)
+{
+    ctx->gemm_wide_bn = bn;
 }
 
 extern "C" void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on)

@@ -15,8 +15,17 @@ extern "C" {
 int invar_cuda_gemm_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
                                   invar_cuda_dtype c_type, int M, int N, int K, int k_chunk);
 
+/* The grouped expert GEMM at another absolute K chunk (engine negative control). */
+int invar_cuda_gemm_grouped_experiment_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *c,
+                                          invar_cuda_dtype c_type, int rows, int N, int K, int E,
+                                          const int32_t *entries, const int32_t *n_entries, int max_entries, int bm,
+                                          int k_chunk);
+
 /* Benchmark experiment only: 0 turns the 2-CTA cluster path off (same results, other speed). */
 void invar_cuda_gemm_experiment_cluster(invar_cuda_ctx *ctx, int on);
+/* Benchmark experiment and test: bn = 128 or 192 pins the large configuration's tile width
+ * wherever it runs unsplit (0: the planner's choice). Same results, other speed. */
+void invar_cuda_gemm_experiment_wide_bn(invar_cuda_ctx *ctx, int bn);
 /* 2-CTA clusters of the large GEMM configuration that can be resident at once. */
 int invar_cuda_gemm_max_clusters(invar_cuda_ctx *ctx);
 

@@ -171,9 +171,10 @@ extern "C" int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, con
 __global__ void __launch_bounds__(MLA_THREADS)
 mla_attention_kernel(const float *__restrict__ qlat, const uint16_t *__restrict__ cache,
                      const int32_t *__restrict__ pos, const int32_t *__restrict__ tok_seq,
-                     const int32_t *__restrict__ btab, int bt_stride, float *__restrict__ olat, int H, int R,
-                     int rope, float scale, int split)
+                     const int32_t *__restrict__ btab, int bt_stride, const int32_t *__restrict__ bt_stride_dev,
+                     float *__restrict__ olat, int H, int R, int rope, float scale, int split)
 {
+    if (bt_stride_dev) bt_stride = *bt_stride_dev;
     __shared__ float qs[MLA_HG][MLA_MAX_DK];
     __shared__ float ps[MLA_HG][MLA_THREADS];
     __shared__ float wmax[MLA_HG][MLA_THREADS / 32];
@@ -270,10 +271,10 @@ mla_attention_kernel(const float *__restrict__ qlat, const uint16_t *__restrict_
     }
 }
 
-extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
-                                        const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
-                                        int bt_stride, float *olat, int T, int H, int R, int rope, float scale,
-                                        int split)
+static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
+                         const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
+                         const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope, float scale,
+                         int split)
 {
     if (T < 0 || H <= 0 || R <= 0 || R > MLA_MAX_R || rope < 0 || (R + rope) % 8 || R + rope > MLA_MAX_DK ||
         split <= 0 || split > MLA_THREADS || (H + MLA_HG - 1) / MLA_HG > 65535)
@@ -281,6 +282,25 @@ extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, 
                                split);
     if (T == 0) return 0;
     mla_attention_kernel<<<dim3(T, (H + MLA_HG - 1) / MLA_HG), MLA_THREADS, 0, ctx->stream>>>(
-        qlat, cache, pos, tok_seq, block_table, bt_stride, olat, H, R, rope, scale, split);
+        qlat, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, H, R, rope, scale, split);
     return invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch");
+}
+
+extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
+                                        const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
+                                        int bt_stride, float *olat, int T, int H, int R, int rope, float scale,
+                                        int split)
+{
+    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
+                         split);
+}
+
+extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
+                                            const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
+                                            const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope,
+                                            float scale, int split)
+{
+    if (!bt_stride_dev) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: no stride");
+    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
+                         split);
 }

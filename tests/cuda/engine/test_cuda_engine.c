@@ -16,8 +16,9 @@
  * On a mixture-of-experts model (qwen3moe, deepseek2) the tokens per expert must really
  * vary between the alone and the batched runs compared, and two more negative controls run
  * the batch and chunk checks: experts combined in the order of their load in the batch, and
- * (deepseek2) MLA attention whose key splits follow the forward's token count. Decode
- * graphs are off for these models (routing on the host), which the graphs check verifies.
+ * (deepseek2) MLA attention whose key splits follow the forward's token count. The experts
+ * are routed on the device and MLA reads its block-table stride from device memory, so
+ * these models decode from graphs like a dense one (the graphs check covers them).
  * Usage: test_cuda_engine MODEL.gguf [--quick]. Exits 77 without a usable GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -443,16 +444,6 @@ static void check_graphs(const req *tg, int nt, const req *fill, int mode) {
                                   224, 240, 256};
     invar_engine_config on = cfg_of(256, 4096, 0, false), off = on;
     off.cuda_no_graphs = true;
-    if (g_moe || g_mla) { /* no decode graphs for these models: say so, and only that */
-        invar_engine *e = engine(&on, mode);
-        const char *info = invar_engine_device_info(e);
-        int ok = strstr(info, "graphs: off") != NULL;
-        printf("graphs: %s %s\n", info, ok ? "ok" : "FAILED");
-        if (!ok) g_failures++;
-        invar_engine_free(e);
-        (void)tg, (void)nt, (void)fill;
-        return;
-    }
     invar_engine *eg = engine(&on, mode), *ee = engine(&off, mode);
     const char *info = invar_engine_device_info(eg);
     if (mode == 0) printf("%s\n", info);
@@ -611,7 +602,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         if (!controls[i]) continue;
         run_alone(tg, nt, controls[i], ref);
-        check_batches(tg, nt, ref, fill, quick ? 4 : 7, controls[i]);
+        /* more trials than the GEMM control: a load-order swap flips a token less often */
+        check_batches(tg, nt, ref, fill, quick ? 8 : 14, controls[i]);
         check_chunks(tg, nt, ref, controls[i]);
     }
     check_cublas(tg, nt, fill);
