@@ -263,8 +263,10 @@ int invar_cuda_mla_query(invar_cuda_ctx *ctx, const float *q, int ldq, const uin
                          int rope, const float *rope_cs, const int32_t *pos, int neox, float *qlat, int T);
 /* olat [T][H][R] fp32: each (token, head) attends causally to positions 0..pos[t] of its
  * sequence (block table row tok_seq[t] of block_table, stride bt_stride), scores
- * scale * qlat . [c_kv, k_pe], values c_kv; the keys in splits of `split` (<= 256) positions
- * from absolute 0 merged in order: INVAR_CUDA_KV_SPLIT, or a negative control's other value. */
+ * scale * qlat . [c_kv, k_pe], values c_kv (tensor cores: q and the softmax weights in bf16,
+ * fp32 accumulation); the keys in blocks of 64 and splits of `split` (a multiple of 64)
+ * positions from absolute 0 merged in order: INVAR_CUDA_KV_SPLIT, or a negative control's
+ * other value. R <= 512, R + rope <= 576 and a multiple of 8. */
 int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
                              const int32_t *tok_seq, const int32_t *block_table, int bt_stride, float *olat, int T,
                              int H, int R, int rope, float scale, int split);

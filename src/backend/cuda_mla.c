@@ -5,7 +5,7 @@
  *                                 token's position; q_a normed (q_lora > 0)
  *   q                             q_a -> q (q_lora > 0: the invariant GEMM)
  *   absorb                        per head q_lat = W_UK^T q_nope, q_pe rope'd after it
- *   attention                     latent rows 0..pos, splits at fixed absolute positions
+ *   attention                     latent rows 0..pos on tensor cores, splits at fixed absolute positions
  *                                 (graphs: the block-table stride from the staging buffer)
  *   output                        per head W_UV o_lat, heads side by side for attn_output */
 #ifdef INVAR_HAVE_CUDA
@@ -32,7 +32,7 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
         ldq = H * qk;
     }
     /* The negative control moves the split boundaries with the forward's token count. */
-    const int split = c->mla_split_by_batch ? INVAR_CUDA_PAGE * (1 + (int)(T % 4)) : INVAR_CUDA_KV_SPLIT;
+    const int split = c->mla_split_by_batch ? 64 * (1 + (int)(T % 3)) : INVAR_CUDA_KV_SPLIT; /* multiples of 64 */
     if (invar_cuda_mla_query(ctx, q, (int)ldq, L->mla_uk, (int)H, (int)nope, (int)R, (int)rope, c->w.rope_cs,
                              dev->pos, cf->rope_neox, d->qlat, (int)T) ||
         /* A graph's launch reads the block-table stride from its staging buffer (counts[1]). */

@@ -69,7 +69,7 @@ static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_
     for (int r = 0; r < 2; r++) memcpy(bts + r * a->pages, bt + (swap ? 1 - r : r) * a->pages, sizeof(int32_t) * a->pages);
     int32_t *d_pos = upload(pos, 4 * (size_t)n), *d_seq = upload(seq, 4 * (size_t)n), *d_bt = upload(bts, 8 * (size_t)a->pages);
     float *d_q = upload(q, sizeof(float) * (size_t)n * s->H * Dk);
-    int split = split_by_t ? INVAR_CUDA_PAGE * (1 + n % 4) : INVAR_CUDA_KV_SPLIT;
+    int split = split_by_t ? 64 * (1 + n % 3) : INVAR_CUDA_KV_SPLIT; /* multiples of the 64-key block */
     CKI(invar_cuda_mla_attention(ctx, d_q, a->d_cache, d_pos, d_seq, d_bt, a->pages, a->d_out, n, s->H, s->R, s->rope,
                                  0.07f, split));
     CK(cudaDeviceSynchronize());
@@ -147,8 +147,9 @@ static void test_attention(const shape *s) {
             free(sc);
         }
     }
-    printf("%-10s mla attention vs fp64: worst relative error %.2e (want < 1e-4)\n", s->name, worst);
-    EXPECT(worst < 1e-4, "%s: MLA attention inaccurate", s->name);
+    /* q and the softmax weights enter the tensor cores as bf16 (2^-9 relative each) */
+    printf("%-10s mla attention vs fp64: worst relative error %.2e (want < 1e-2)\n", s->name, worst);
+    EXPECT(worst < 1e-2, "%s: MLA attention inaccurate", s->name);
     /* negative control: the split follows the launch's token count */
     run_attn(&a, 0, (int)T, 0, 1, full);
     long bad_ctl = 0;

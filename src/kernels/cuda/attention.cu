@@ -21,6 +21,7 @@
 #include <string.h>
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/hopper_ptx.cuh"
+#include "kernels/cuda/mma_sync_ptx.cuh"
 #include "kernels/cuda/wgmma_m64n64k16.cuh"
 
 #define SPLIT INVAR_CUDA_KV_SPLIT
@@ -141,17 +142,6 @@ static __device__ __forceinline__ uint64_t sdesc_at(sdesc d, uint32_t off)
 {
     return ((uint64_t)d.hi << 32) | (uint64_t)(d.lo + (off >> 4));
 }
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-static __device__ __forceinline__ void cp_async_wait0(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-static __device__ __forceinline__ void cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 /* Pins registers that wgmma reads or writes asynchronously: the compiler may not move their
  * other uses across this point (between the wgmma issue and its wait). */
 template <int N> static __device__ __forceinline__ void fence_regs(float *r)
@@ -164,43 +154,6 @@ template <int N> static __device__ __forceinline__ void fence_regs_u(uint32_t *r
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
-static __device__ __forceinline__ void st_shared_zero16(uint32_t dst)
-{
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst), "r"(0) : "memory");
-}
-static __device__ __forceinline__ void st_shared16(uint32_t dst, uint4 v)
-{
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-}
-static __device__ __forceinline__ void ldsm_x4(uint32_t *r, uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-/* d[16x8] += a[16x16] b[16x8], bf16 in, fp32 accumulate. */
-static __device__ __forceinline__ void mma_bf16_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
 #define HD 128
 #define AT(name) name##_hd128
 #include "kernels/cuda/attention_mma_body.cuh"

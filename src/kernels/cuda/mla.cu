@@ -8,20 +8,14 @@
  *             lane 0's result;
  *   query /   one CTA per (token, head); an output element is a sequential fused
  *   output    multiply-add chain over its input dims;
- *   attention one CTA per (token, group of MLA_HG heads); the keys 0..pos in splits of
- *             `split` positions from absolute position 0 (INVAR_CUDA_KV_SPLIT), each split
- *             scored (a sequential chain per key), its max (exact in any order), its
- *             exponent sum by one thread in position order, its value sum per element in
- *             position order, and the splits merged in order. Nothing depends on the other
- *             tokens in the launch, on how many there are, or on whether a token's own
- *             sequence was prefilled in one step or decoded position by position. */
+ * The attention over the latent rows runs on tensor cores (mla_attention.cu). Nothing
+ * depends on the other tokens in the launch, on how many there are, or on whether a
+ * token's own sequence was prefilled in one step or decoded position by position. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include "kernels/cuda/cuda_internal.h"
 
 #define MLA_THREADS 256
-#define MLA_HG 8        /* query heads per attention CTA */
-#define MLA_MAX_R 512   /* c_kv: R <= 2 * MLA_THREADS */
 #define MLA_MAX_DK 576  /* R + rope */
 #define MLA_MAX_IN 512  /* query / output projections' input dims */
 
@@ -165,142 +159,4 @@ extern "C" int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, con
     if (T == 0) return 0;
     mla_output_kernel<<<dim3(T, H), MLA_THREADS, 0, ctx->stream>>>(olat, uv, H, R, vd, out);
     return invar_cuda_check(ctx, cudaGetLastError(), "mla_output launch");
-}
-
-/* ---- attention over the latent cache ---- */
-__global__ void __launch_bounds__(MLA_THREADS)
-mla_attention_kernel(const float *__restrict__ qlat, const uint16_t *__restrict__ cache,
-                     const int32_t *__restrict__ pos, const int32_t *__restrict__ tok_seq,
-                     const int32_t *__restrict__ btab, int bt_stride, const int32_t *__restrict__ bt_stride_dev,
-                     float *__restrict__ olat, int H, int R, int rope, float scale, int split)
-{
-    if (bt_stride_dev) bt_stride = *bt_stride_dev;
-    __shared__ float qs[MLA_HG][MLA_MAX_DK];
-    __shared__ float ps[MLA_HG][MLA_THREADS];
-    __shared__ float wmax[MLA_HG][MLA_THREADS / 32];
-    __shared__ float sM[MLA_HG], sL[MLA_HG], sA[MLA_HG], sB[MLA_HG];
-    const int t = blockIdx.x, h0 = blockIdx.y * MLA_HG, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int hg = H - h0 < MLA_HG ? H - h0 : MLA_HG, Dk = R + rope, p = pos[t];
-    const int32_t *bt = btab + (size_t)tok_seq[t] * bt_stride;
-    for (int i = tid; i < MLA_HG * Dk; i += MLA_THREADS) {
-        const int g = i / Dk, d = i % Dk;
-        qs[g][d] = g < hg ? qlat[((size_t)t * H + h0 + g) * Dk + d] : 0.0f;
-    }
-    if (tid < MLA_HG) {
-        sM[tid] = -INFINITY;
-        sL[tid] = 0.0f;
-    }
-    float O[MLA_HG][2];
-#pragma unroll
-    for (int g = 0; g < MLA_HG; g++) O[g][0] = O[g][1] = 0.0f;
-    __syncthreads();
-    for (int j0 = 0; j0 <= p; j0 += split) {
-        const int n = p - j0 + 1 < split ? p - j0 + 1 : split;
-        const bool valid = tid < n;
-        float s[MLA_HG];
-#pragma unroll
-        for (int g = 0; g < MLA_HG; g++) s[g] = 0.0f;
-        if (valid) {
-            const int j = j0 + tid;
-            const uint16_t *row = cache + ((size_t)bt[j / INVAR_CUDA_PAGE] * INVAR_CUDA_PAGE + j % INVAR_CUDA_PAGE) * Dk;
-            for (int d0 = 0; d0 < Dk; d0 += 8) {
-                const uint4 v = *(const uint4 *)(row + d0);
-                const uint16_t *pv = (const uint16_t *)&v;
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float kv = bf(pv[e]);
-#pragma unroll
-                    for (int g = 0; g < MLA_HG; g++) s[g] = __fmaf_rn(qs[g][d0 + e], kv, s[g]);
-                }
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < MLA_HG; g++) {
-            s[g] = valid ? __fmul_rn(s[g], scale) : -INFINITY;
-            float m = s[g];
-            for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            if (lane == 0) wmax[g][warp] = m;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int g = 0; g < MLA_HG; g++) {
-            float m = wmax[g][0];
-            for (int w = 1; w < MLA_THREADS / 32; w++) m = fmaxf(m, wmax[g][w]);
-            ps[g][tid] = valid ? expf(__fsub_rn(s[g], m)) : 0.0f;
-            if (tid == 0) sA[g] = m; /* the split's max, for the merge below */
-        }
-        __syncthreads();
-        if (tid < MLA_HG) { /* the split's exponent sum in position order, then the merge */
-            const int g = tid;
-            float l = 0.0f;
-            for (int i = 0; i < n; i++) l = __fadd_rn(l, ps[g][i]);
-            const float m = sA[g], M = sM[g], M2 = fmaxf(M, m);
-            const float alpha = M == -INFINITY ? 0.0f : expf(__fsub_rn(M, M2)), beta = expf(__fsub_rn(m, M2));
-            sL[g] = __fadd_rn(__fmul_rn(sL[g], alpha), __fmul_rn(l, beta));
-            sM[g] = M2;
-            sB[g] = beta;
-            sA[g] = alpha;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int ri = 0; ri < 2; ri++) {
-            const int r = tid + ri * MLA_THREADS;
-            if (r >= R) break;
-            float os[MLA_HG];
-#pragma unroll
-            for (int g = 0; g < MLA_HG; g++) os[g] = 0.0f;
-            for (int i = 0; i < n; i++) {
-                const int j = j0 + i;
-                const float c =
-                    bf(cache[((size_t)bt[j / INVAR_CUDA_PAGE] * INVAR_CUDA_PAGE + j % INVAR_CUDA_PAGE) * Dk + r]);
-#pragma unroll
-                for (int g = 0; g < MLA_HG; g++) os[g] = __fmaf_rn(ps[g][i], c, os[g]);
-            }
-#pragma unroll
-            for (int g = 0; g < MLA_HG; g++) O[g][ri] = __fadd_rn(__fmul_rn(O[g][ri], sA[g]), __fmul_rn(os[g], sB[g]));
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int ri = 0; ri < 2; ri++) {
-        const int r = tid + ri * MLA_THREADS;
-        if (r >= R) break;
-#pragma unroll
-        for (int g = 0; g < MLA_HG; g++)
-            if (g < hg) olat[((size_t)t * H + h0 + g) * R + r] = __fdiv_rn(O[g][ri], sL[g]);
-    }
-}
-
-static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
-                         const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
-                         const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope, float scale,
-                         int split)
-{
-    if (T < 0 || H <= 0 || R <= 0 || R > MLA_MAX_R || rope < 0 || (R + rope) % 8 || R + rope > MLA_MAX_DK ||
-        split <= 0 || split > MLA_THREADS || (H + MLA_HG - 1) / MLA_HG > 65535)
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: bad shape (R %d, rope %d, split %d)", R, rope,
-                               split);
-    if (T == 0) return 0;
-    mla_attention_kernel<<<dim3(T, (H + MLA_HG - 1) / MLA_HG), MLA_THREADS, 0, ctx->stream>>>(
-        qlat, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, H, R, rope, scale, split);
-    return invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch");
-}
-
-extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
-                                        const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
-                                        int bt_stride, float *olat, int T, int H, int R, int rope, float scale,
-                                        int split)
-{
-    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
-                         split);
-}
-
-extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
-                                            const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
-                                            const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope,
-                                            float scale, int split)
-{
-    if (!bt_stride_dev) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: no stride");
-    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
-                         split);
 }

@@ -1,0 +1,289 @@
+/* MLA attention over the latent cache on tensor cores (mma.sync m16n8k16, bf16 in, fp32
+ * accumulate): the absorbed formulation for every row, prefill, chunk and decode alike.
+ *
+ * One CTA per (token, group of 16 query heads: one m16 tile; heads past H are zero rows
+ * whose results are dropped), 4 warps. The token's keys 0..pos are walked in blocks of 64
+ * positions from absolute 0 (one latent row [c_kv | k_pe] per position serves as key, its
+ * first R dims as value); splits of `split` positions (a multiple of 64) from absolute 0
+ * each start a fresh softmax state and are merged into the running one in position order.
+ * Per block:
+ *   S = Q K^T   warp w the block's keys 16w..16w+15, the Dk dims in one fixed k16 order
+ *               (Q rounded to bf16 once);
+ *   softmax     8 threads per head row: the block max (exact in any order), exp, the row's
+ *               sum as each thread's 8 values in key order then a fixed xor tree; P rounded
+ *               to bf16;
+ *   O += P V    warp w the value dims [w R/4, (w+1) R/4), the block's keys in k16 order.
+ * Every value of a row depends on the row's query and the keys only: the other rows of the
+ * CTA (other heads, zero padding) and the other CTAs of the launch change nothing. */
+#include <cuda_bf16.h>
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/hopper_ptx.cuh"
+#include "kernels/cuda/mma_sync_ptx.cuh"
+
+#define MLA_KB 64       /* keys per block */
+#define MLA_ROWS 16     /* query heads per CTA */
+#define MLA_TC_THREADS 128
+#define MLA_MAX_DKP 576 /* padded key width limit (kv_lora + rope <= 576) */
+
+/* Byte offset of 16-byte chunk ch of row r in a tile of rows of nch chunks (nch a multiple
+ * of 8): the chunk index is xor-swizzled within groups of 8 so the 8 rows one ldmatrix reads
+ * fall in distinct banks. */
+static __device__ __forceinline__ uint32_t mla_sw(int r, int ch, int nch)
+{
+    return (uint32_t)((r * nch + ((ch & ~7) | ((ch ^ r) & 7))) << 4);
+}
+
+/* Positions kb..kb+63 of the sequence (block table bt) into the tile at dst: rows past pos
+ * and dims past Dk are zero, so a weight of exactly 0 meets a finite value. */
+static __device__ __forceinline__ void mla_load_block(uint32_t dst, const uint16_t *cache, const int32_t *bt, int kb,
+                                                      int pos, int Dk, int nch, int tid)
+{
+    int pg[MLA_KB / INVAR_CUDA_PAGE];
+#pragma unroll
+    for (int p = 0; p < MLA_KB / INVAR_CUDA_PAGE; p++)
+        pg[p] = kb + p * INVAR_CUDA_PAGE <= pos ? __ldg(bt + kb / INVAR_CUDA_PAGE + p) : 0;
+    const int dch = Dk / 8;
+    for (int i = tid; i < MLA_KB * nch; i += MLA_TC_THREADS) {
+        const int j = i / nch, ch = i % nch, p = kb + j;
+        const uint32_t off = dst + mla_sw(j, ch, nch);
+        if (p <= pos && ch < dch) {
+            int page = pg[0];
+#pragma unroll
+            for (int q = 1; q < MLA_KB / INVAR_CUDA_PAGE; q++) page = j / INVAR_CUDA_PAGE == q ? pg[q] : page;
+            cp_async16(off, cache + ((size_t)page * INVAR_CUDA_PAGE + p % INVAR_CUDA_PAGE) * Dk + 8 * ch);
+        } else {
+            st_shared_zero16(off);
+        }
+    }
+}
+
+/* NT: value n8-tiles per warp (R padded to 32 NT), even. */
+template <int NT>
+__global__ void __launch_bounds__(MLA_TC_THREADS, 1)
+mla_attention_tc_kernel(const float *__restrict__ qlat, const uint16_t *__restrict__ cache,
+                        const int32_t *__restrict__ pos_of, const int32_t *__restrict__ tok_seq,
+                        const int32_t *__restrict__ btab, int bt_stride, const int32_t *__restrict__ bt_stride_dev,
+                        float *__restrict__ olat, int H, int R, int rope, float scale, int split, int nch)
+{
+    extern __shared__ __align__(128) uint8_t smem[];
+    if (bt_stride_dev) bt_stride = *bt_stride_dev;
+    const int t = blockIdx.x, h0 = blockIdx.y * MLA_ROWS, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int Dk = R + rope, DKP = nch * 8, hg = H - h0 < MLA_ROWS ? H - h0 : MLA_ROWS, pos = pos_of[t];
+    const int32_t *bt = btab + (size_t)tok_seq[t] * bt_stride;
+    const uint32_t q_s = smem_u32(smem);                                  /* [16][DKP] bf16 */
+    const uint32_t k_s = q_s + MLA_ROWS * DKP * 2;                        /* [2][64][DKP] bf16 */
+    const uint32_t p_s = k_s + 2 * MLA_KB * DKP * 2;                      /* [16][64] bf16 */
+    float *s_s = (float *)(smem + (MLA_ROWS + 2 * MLA_KB) * DKP * 2 + MLA_ROWS * MLA_KB * 2); /* [16][64] */
+    float *a_s = s_s + MLA_ROWS * MLA_KB, *b_s = a_s + MLA_ROWS, *l_s = b_s + MLA_ROWS; /* per row */
+
+    const int nblk = pos / MLA_KB + 1, sblk = split / MLA_KB;
+    mla_load_block(k_s, cache, bt, 0, pos, Dk, nch, tid);
+    cp_async_commit();
+    /* Q rounded to bf16, zero past Dk and past the group's heads */
+    for (int i = tid; i < MLA_ROWS * nch; i += MLA_TC_THREADS) {
+        const int r = i / nch, ch = i % nch;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int d = 8 * ch + e;
+            v[e] = r < hg && d < Dk ? qlat[((size_t)t * H + h0 + r) * Dk + d] : 0.0f;
+        }
+        st_shared16(q_s + mla_sw(r, ch, nch), make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
+                                                          pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7])));
+    }
+    /* softmax thread: row sr, columns 8 sq .. 8 sq + 7 of the block */
+    const int sr = tid >> 3, sq = tid & 7;
+    float m_split = -INFINITY, l_split = 0.0f, M_run = -INFINITY, L_run = 0.0f;
+    float o[NT][4], O[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[n][e] = O[n][e] = 0.0f;
+    const int r0 = lane >> 2, c0 = 2 * (lane & 3);
+    for (int b = 0; b < nblk; b++) {
+        const uint32_t kbuf = k_s + (uint32_t)(b & 1) * (MLA_KB * DKP * 2);
+        if (b + 1 < nblk) {
+            mla_load_block(k_s + (uint32_t)((b + 1) & 1) * (MLA_KB * DKP * 2), cache, bt, (b + 1) * MLA_KB, pos, Dk,
+                           nch, tid);
+            cp_async_commit();
+            cp_async_wait1();
+        } else {
+            cp_async_wait0();
+        }
+        __syncthreads();
+        /* S for the block's keys 16 warp .. 16 warp + 15 */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        for (int kk = 0; kk < DKP / 16; kk++) {
+            uint32_t a[4], bb[4];
+            ldsm_x4(a, q_s + mla_sw(lane & 15, 2 * kk + (lane >> 4), nch));
+            const int mi = lane >> 3;
+            ldsm_x4(bb, kbuf + mla_sw(16 * warp + (mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1), nch));
+            mma_bf16_16816(s[0], a, bb[0], bb[1]);
+            mma_bf16_16816(s[1], a, bb[2], bb[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = 16 * warp + 8 * n + c0 + (e & 1), row = r0 + 8 * (e >> 1);
+                s_s[row * MLA_KB + key] = b * MLA_KB + key <= pos ? __fmul_rn(s[n][e], scale) : -INFINITY;
+            }
+        __syncthreads();
+        /* softmax step of row sr (8 threads), P to bf16 */
+        {
+            float v[8], mb = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                v[e] = s_s[sr * MLA_KB + 8 * sq + e];
+                mb = fmaxf(mb, v[e]);
+            }
+            mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+            mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+            mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 4));
+            const float m_new = fmaxf(m_split, mb); /* finite: key b * 64 <= pos */
+            const float alpha = m_split == -INFINITY ? 0.0f : expf(__fsub_rn(m_split, m_new));
+            float ls = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                v[e] = expf(__fsub_rn(v[e], m_new));
+                ls = __fadd_rn(ls, v[e]);
+            }
+            ls = __fadd_rn(ls, __shfl_xor_sync(0xffffffffu, ls, 1));
+            ls = __fadd_rn(ls, __shfl_xor_sync(0xffffffffu, ls, 2));
+            ls = __fadd_rn(ls, __shfl_xor_sync(0xffffffffu, ls, 4));
+            l_split = __fadd_rn(__fmul_rn(l_split, alpha), ls);
+            m_split = m_new;
+            st_shared16(p_s + (uint32_t)(sr * 128 + ((sq ^ (sr & 7)) << 4)),
+                        make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                                   pack_bf16x2(v[6], v[7])));
+            if (sq == 0) a_s[sr] = alpha;
+        }
+        __syncthreads();
+        /* o = o alpha + P V over the warp's value dims */
+        {
+            const float al0 = a_s[r0], al1 = a_s[r0 + 8];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                o[n][0] = __fmul_rn(o[n][0], al0);
+                o[n][1] = __fmul_rn(o[n][1], al0);
+                o[n][2] = __fmul_rn(o[n][2], al1);
+                o[n][3] = __fmul_rn(o[n][3], al1);
+            }
+#pragma unroll
+            for (int kk = 0; kk < MLA_KB / 16; kk++) {
+                uint32_t a[4];
+                const int pr = lane & 15, pc = 2 * kk + (lane >> 4);
+                ldsm_x4(a, p_s + (uint32_t)(pr * 128 + ((pc ^ (pr & 7)) << 4)));
+                const int mi = lane >> 3;
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    uint32_t bb[4];
+                    ldsm_x4_trans(bb, kbuf + mla_sw(16 * kk + (mi & 1) * 8 + (lane & 7), warp * NT + n + (mi >> 1),
+                                                   nch));
+                    mma_bf16_16816(o[n], a, bb[0], bb[1]);
+                    mma_bf16_16816(o[n + 1], a, bb[2], bb[3]);
+                }
+            }
+        }
+        if ((b + 1) % sblk == 0 || b + 1 == nblk) { /* split end: merge it into the running state */
+            __syncthreads();
+            if (sq == 0) {
+                const float M2 = fmaxf(M_run, m_split);
+                const float ra = M_run == -INFINITY ? 0.0f : expf(__fsub_rn(M_run, M2)), rb = expf(__fsub_rn(m_split, M2));
+                L_run = __fadd_rn(__fmul_rn(L_run, ra), __fmul_rn(l_split, rb));
+                M_run = M2;
+                a_s[sr] = ra;
+                b_s[sr] = rb;
+                l_s[sr] = L_run;
+            }
+            m_split = -INFINITY;
+            l_split = 0.0f;
+            __syncthreads();
+            const float ra0 = a_s[r0], ra1 = a_s[r0 + 8], rb0 = b_s[r0], rb1 = b_s[r0 + 8];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                O[n][0] = __fadd_rn(__fmul_rn(O[n][0], ra0), __fmul_rn(o[n][0], rb0));
+                O[n][1] = __fadd_rn(__fmul_rn(O[n][1], ra0), __fmul_rn(o[n][1], rb0));
+                O[n][2] = __fadd_rn(__fmul_rn(O[n][2], ra1), __fmul_rn(o[n][2], rb1));
+                O[n][3] = __fadd_rn(__fmul_rn(O[n][3], ra1), __fmul_rn(o[n][3], rb1));
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+            }
+        }
+        __syncthreads(); /* the block's buffers are free for the load of block b + 2 */
+    }
+    const float il0 = l_s[r0], il1 = l_s[r0 + 8];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = r0 + 8 * (e >> 1), d = warp * 8 * NT + 8 * n + c0 + (e & 1);
+            if (row < hg && d < R)
+                olat[((size_t)t * H + h0 + row) * R + d] = __fdiv_rn(O[n][e], (e >> 1) ? il1 : il0);
+        }
+}
+
+/* Value n8-tiles per warp for R (an even count: the tiles go in pairs): R padded up to 64,
+ * 128, 256 or 512. */
+static int mla_value_tiles(int R)
+{
+    int nt = 2;
+    while (32 * nt < R) nt *= 2;
+    return nt;
+}
+
+static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
+                         const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
+                         const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope, float scale,
+                         int split)
+{
+    const int nt = mla_value_tiles(R), Dk = R + rope;
+    int dkp = (Dk + 63) / 64 * 64;
+    if (dkp < 32 * nt) dkp = 32 * nt; /* the value tiles read the first 32 nt dims */
+    if (T < 0 || H <= 0 || R <= 0 || R > 512 || rope < 0 || Dk % 8 || dkp > MLA_MAX_DKP || split <= 0 ||
+        split % MLA_KB || (H + MLA_ROWS - 1) / MLA_ROWS > 65535)
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: bad shape (R %d, rope %d, split %d)", R, rope,
+                               split);
+    if (T == 0) return 0;
+    const size_t smem = (size_t)(MLA_ROWS + 2 * MLA_KB) * dkp * 2 + MLA_ROWS * MLA_KB * 2 +
+                        sizeof(float) * (MLA_ROWS * MLA_KB + 3 * MLA_ROWS);
+    const dim3 grid(T, (H + MLA_ROWS - 1) / MLA_ROWS);
+    const int nch = dkp / 8;
+#define MLA_LAUNCH(N)                                                                                               \
+    do {                                                                                                            \
+        if (invar_cuda_check(ctx,                                                                                   \
+                             cudaFuncSetAttribute(mla_attention_tc_kernel<N>,                                       \
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),          \
+                             "mla_attention smem"))                                                                 \
+            return INVAR_CUDA_ECUDA;                                                                                \
+        mla_attention_tc_kernel<N><<<grid, MLA_TC_THREADS, smem, ctx->stream>>>(                                    \
+            qlat, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, H, R, rope, scale, split, nch); \
+    } while (0)
+    switch (nt) {
+    case 2: MLA_LAUNCH(2); break;
+    case 4: MLA_LAUNCH(4); break;
+    case 8: MLA_LAUNCH(8); break;
+    default: MLA_LAUNCH(16); break;
+    }
+#undef MLA_LAUNCH
+    return invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch");
+}
+
+extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
+                                        const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
+                                        int bt_stride, float *olat, int T, int H, int R, int rope, float scale,
+                                        int split)
+{
+    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
+                         split);
+}
+
+extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
+                                            const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
+                                            const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope,
+                                            float scale, int split)
+{
+    if (!bt_stride_dev) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: no stride");
+    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
+                         split);
+}
