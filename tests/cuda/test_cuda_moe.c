@@ -55,6 +55,73 @@ static void route(const invar_cuda_moe_cfg *cf, const float *logits, int ld, con
     CK(cudaDeviceSynchronize());
 }
 
+/* Host reference of the routing rules (model/moe.c's semantics, written from them): the k
+ * best of score = logit (qwen3moe) or p + bias (deepseek2, p = sigmoid or softmax over all)
+ * inside the n_group_used best groups (group score: its two best scores summed), ties to the
+ * lower id; weights softmax over the chosen (qwen3moe, normalised) or p normalised x scale. */
+static int ref_best(const float *v, int n, const char *taken) {
+    int b = -1;
+    for (int e = 0; e < n; e++)
+        if (!taken[e] && (b < 0 || v[e] > v[b])) b = e;
+    return b;
+}
+
+static void ref_route(const invar_cuda_moe_cfg *cf, const float *l, const float *bias, int *sel, float *w) {
+    float p[E], sc[E];
+    char taken[E] = {0};
+    if (!cf->deepseek) {
+        for (int r = 0; r < K_USED; r++) taken[sel[r] = ref_best(l, E, taken)] = 1;
+        float mx = l[sel[0]], sum = 0;
+        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int r = 0; r < K_USED; r++) sum += w[r] = expf(l[sel[r]] - mx);
+        for (int r = 0; r < K_USED; r++) w[r] /= sum;
+        return;
+    }
+    for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
+    for (int e = 0; e < E; e++) sc[e] = p[e] + (bias ? bias[e] : 0.0f);
+    const int G = cf->n_group, per = E / G;
+    float gs[E];
+    char gt[E] = {0};
+    for (int g = 0; g < G; g++) {
+        char two[E] = {0};
+        const int a = ref_best(sc + g * per, per, two);
+        two[a] = 1;
+        gs[g] = sc[g * per + a] + sc[g * per + ref_best(sc + g * per, per, two)];
+    }
+    for (int r = 0; r < cf->n_group_used; r++) gt[ref_best(gs, G, gt)] = 1;
+    for (int e = 0; e < E; e++) taken[e] = !gt[e / per];
+    float sum = 0;
+    for (int r = 0; r < K_USED; r++) {
+        taken[sel[r] = ref_best(sc, E, taken)] = 1;
+        sum += w[r] = p[sel[r]];
+    }
+    for (int r = 0; r < K_USED; r++) w[r] = w[r] / sum * cf->scale;
+}
+
+/* The device's experts equal the reference's for every token, weights within 1e-5. */
+static void check_against_ref(const invar_cuda_moe_cfg *cf, const routed *r, const float *lg, const float *bias_h) {
+    const int T = r->T;
+    int32_t *sel = download(r->b.sel, 4 * (size_t)T * K_USED);
+    float *w = download(r->b.wts, 4 * (size_t)T * K_USED);
+    int bad_sel = 0;
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        int rs[K_USED];
+        float rw[K_USED];
+        ref_route(cf, lg + (size_t)t * E, bias_h, rs, rw);
+        for (int j = 0; j < K_USED; j++) {
+            bad_sel += rs[j] != sel[t * K_USED + j];
+            const double e = fabs((double)rw[j] - w[t * K_USED + j]) / fabs((double)rw[j]);
+            worst = e > worst ? e : worst;
+        }
+    }
+    printf("routing vs host reference (%s): %d of %d choices differ, worst weight error %.1e\n",
+           cf->deepseek ? "deepseek2" : "qwen3moe", bad_sel, T * K_USED, worst);
+    EXPECT(bad_sel == 0 && worst < 1e-5, "routing differs from the reference");
+    free(sel);
+    free(w);
+}
+
 /* Routing properties on the host copy; returns the pairs' slots. */
 static int32_t *check_routing(const invar_cuda_moe_cfg *cf, const routed *r, const uint16_t *xn_h) {
     const int T = r->T, tk = T * K_USED;
@@ -155,8 +222,9 @@ static long token_rows_differ(const void *cb, const int32_t *slot_b, const void 
     return d;
 }
 
-static void run_cfg(const invar_cuda_moe_cfg *cf, int T, const float *logits, const float *bias, const uint16_t *xn,
-                    const uint16_t *xn_h, const uint16_t *wgu, const uint16_t *wdown) {
+static void run_cfg(const invar_cuda_moe_cfg *cf, int T, const float *logits, const float *bias, const float *lg_h,
+                    const float *bias_h, const uint16_t *xn, const uint16_t *xn_h, const uint16_t *wgu,
+                    const uint16_t *wdown) {
     const int tk = T * K_USED, N1 = 2 * FE;
     for (int bm = 64; bm <= 128; bm += 64) {
         routed rb, r1;
@@ -164,6 +232,7 @@ static void run_cfg(const invar_cuda_moe_cfg *cf, int T, const float *logits, co
         alloc_routed(&r1, 1);
         route(cf, logits, E, bias, xn, T, bm, &rb);
         int32_t *slot_b = check_routing(cf, &rb, xn_h);
+        if (bm == 64) check_against_ref(cf, &rb, lg_h, bias_h);
         const int t1 = T / 2 + 1; /* one token alone */
         route(cf, logits + (size_t)t1 * E, E, bias, xn + (size_t)t1 * D, 1, bm, &r1);
         int32_t *slot_1 = check_routing(cf, &r1, xn_h + (size_t)t1 * D);
@@ -266,8 +335,8 @@ int main(void) {
     const invar_cuda_moe_cfg ds = {.n_expert = E, .k = K_USED, .deepseek = 1, .sigmoid = 1, .n_group = 8,
                                    .n_group_used = 3, .group_max = 0, .normalise = 1, .scale = 2.5f};
     const invar_cuda_moe_cfg qw = {.n_expert = E, .k = K_USED, .deepseek = 0, .normalise = 1, .scale = 1.0f};
-    run_cfg(&ds, T, logits, bias, xn, xn_h, wgu, wdown);
-    run_cfg(&qw, T, logits, NULL, xn, xn_h, wgu, wdown);
+    run_cfg(&ds, T, logits, bias, lg, bias_h, xn, xn_h, wgu, wdown);
+    run_cfg(&qw, T, logits, NULL, lg, NULL, xn, xn_h, wgu, wdown);
     printf("test_cuda_moe: %d failure(s)\n", failures);
     free(lg);
     free(xn_h);
