@@ -102,17 +102,26 @@ static void ceilings(FILE *js)
             copy_gbs, cub_tf, inv_tf);
 }
 
+/* The sweeps' operands: weights and activations as large as the largest point (random
+ * bf16, the activations a prefix of the same data), and the output. */
+struct gemm_bufs { uint16_t *w, *a; void *c; };
+static struct gemm_bufs gemm_bufs_make(void)
+{
+    size_t amax = (size_t)8192 * 14336, wmax = (size_t)128256 * 4096;
+    uint16_t *h = malloc(wmax * 2);
+    fill_bf16(h, wmax, 11, 1.0f);
+    struct gemm_bufs g = {upload(h, wmax * 2), upload(h, amax * 2), dmalloc((size_t)8192 * 128256 * 2)};
+    free(h);
+    return g;
+}
+
 static void bench_gemm(FILE *js)
 {
     static const int NK[5][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
     static const int Ms[7] = {1, 8, 32, 128, 512, 2048, 8192};
-    size_t amax = (size_t)8192 * 14336, wmax = (size_t)128256 * 4096;
-    uint16_t *h = malloc(wmax * 2);
-    fill_bf16(h, wmax, 11, 1.0f);
-    uint16_t *dW = upload(h, wmax * 2);
-    uint16_t *dA = upload(h, amax * 2);
-    free(h);
-    void *dC = dmalloc((size_t)8192 * 128256 * 2);
+    struct gemm_bufs g0 = gemm_bufs_make();
+    uint16_t *dW = g0.w, *dA = g0.a;
+    void *dC = g0.c;
     double logsum = 0;
     int npts = 0, below09 = 0;
     printf("== GEMM bf16 (us; TF = TFLOP/s; wTB = weight bytes / time) ==\n");
@@ -193,13 +202,9 @@ static void bench_gemm_wide(FILE *js)
 {
     static const int NK[5][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
     static const int Ms[7] = {256, 512, 1024, 2048, 3072, 4096, 8192};
-    size_t amax = (size_t)8192 * 14336, wmax = (size_t)128256 * 4096;
-    uint16_t *h = malloc(wmax * 2);
-    fill_bf16(h, wmax, 11, 1.0f);
-    uint16_t *dW = upload(h, wmax * 2);
-    uint16_t *dA = upload(h, amax * 2);
-    free(h);
-    void *dC = dmalloc((size_t)8192 * 128256 * 2);
+    struct gemm_bufs g0 = gemm_bufs_make();
+    uint16_t *dW = g0.w, *dA = g0.a;
+    void *dC = g0.c;
     double lg[3] = {0, 0, 0};
     int npts = 0;
     printf("== GEMM large tiles: 128 vs 192 columns forced (us; ratio = cuBLAS / ours) ==\n");
