@@ -16,8 +16,16 @@
  * products below 2^22 into an int32), and the same float operations on them in order:
  *   Q4_K, Q5_K: f = fnmadd(dmin, (float)imin, d * (float)isum)
  *   Q6_K:       f = d * (float)isum
- * then acc = fma(dx, f, acc) per block in K order. Only where the operands come from
- * (L1 instead of the record) and the order of tiles and chunks differ. */
+ * then acc = fma(dx, f, acc) per block in K order. Q4_K and Q5_K take dmin * (float)imin
+ * as dm * (float)sum(x) with dm = dmin * mn, computed once per record: dm is exact (an
+ * fp16 times an integer below 2^6 needs at most 17 significant bits) and so the fused
+ * product dm * sum(x) is the exact dmin * imin that the reference's fnmadd rounds once
+ * with the same addend; where dmin is inf or NaN both are NaN for mn = 0 or sum(x) = 0.
+ * They can differ only in the sign of a zero product (mn = 0, sum(x) < 0), which changes
+ * f only when f is a zero itself, and a zero f never changes acc: acc starts at +0, an
+ * exact zero sum of fma is +0 unless both terms are -0, so acc is never -0, and
+ * acc + (+-0) is acc. Only that, where the operands come from (L1 instead of the record)
+ * and the order of tiles and chunks differ. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -36,14 +44,13 @@
 /* Unpacked unit (256 elements, 16 columns): block j's quant vectors at 512j + 64t
  * (bytes 0..31 columns 0..7, 32..63 columns 8..15), then per block j its scale vectors,
  * each lane a pair of int16 (the operand vpmaddwd multiplies the dots' s16 pairs by):
- * S1 at 4096 + 64j: (sc, sc) (Q4_K, Q5_K) or (sl, sl) (Q6_K); S2 at 4608 + 64j: (mn, 0)
- * or (sh, sh); S3 at 5184 + 64j (Q6_K): (32 sl, 32 sh). The unit's float d at 5120 and
- * dmin at 5184 (Q4_K, Q5_K). */
+ * S1 at 4096 + 64j: (sc, sc) (Q4_K, Q5_K) or (sl, sl) (Q6_K); S2 at 4608 + 64j: the
+ * float dm = dmin * mn (Q4_K, Q5_K) or (sh, sh); S3 at 5184 + 64j (Q6_K): (32 sl, 32 sh).
+ * The unit's float d at 5120. */
 #define KUREC2 5696
 #define KU_S1 4096
 #define KU_S2 4608
 #define KU_D 5120
-#define KU_DMIN 5184
 #define KU_S3 5184
 
 AI size_t kq_rec_bytes(const uint32_t type) {
@@ -99,13 +106,14 @@ AI void unpack_unit(const uint32_t type, const uint8_t *rec, uint8_t *U) {
             st(U + 512 * (2 * c) + 64 * t + 32 * h, lo);
             st(U + 512 * (2 * c + 1) + 64 * t + 32 * h, hi);
         }
+        const __m256 dmin = f16x8(rec + 2080 + 16 * h);
         UNROLL for (int j = 0; j < 8; j++) {
             const __m256i sc = u8x8_epi32(rec + 2112 + 16 * j + 8 * h);
             st(U + KU_S1 + 64 * j + 32 * h, pair16(sc, sc));
-            st(U + KU_S2 + 64 * j + 32 * h, u8x8_epi32(rec + 2240 + 16 * j + 8 * h)); /* (mn, 0) */
+            _mm256_store_ps((float *)(void *)(U + KU_S2 + 64 * j + 32 * h),
+                            _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(u8x8_epi32(rec + 2240 + 16 * j + 8 * h))));
         }
         _mm256_store_ps((float *)(void *)(U + KU_D + 32 * h), f16x8(rec + 2048 + 16 * h));
-        _mm256_store_ps((float *)(void *)(U + KU_DMIN + 32 * h), f16x8(rec + 2080 + 16 * h));
     }
 }
 
@@ -137,7 +145,7 @@ AI void kq_block(const uint32_t type, const uint8_t *u, int j, int h, const xrow
         }
         return;
     }
-    const __m256 dmin = ldf(u + KU_DMIN + 32 * h);
+    const __m256 dm = _mm256_castsi256_ps(s2);
     UNROLL for (int r = 0; r < R; r++) {
         const int8_t *x = X->q + r * X->k + 32 * b;
         __m256i isum;
@@ -153,9 +161,8 @@ AI void kq_block(const uint32_t type, const uint8_t *u, int j, int h, const xrow
             UNROLL for (int t = 1; t < 8; t++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
             isum = _mm256_madd_epi16(p, s1);
         }
-        /* imin = mn * sum(x): the pair (sum, 0) against (mn, 0). */
-        const __m256i imin = _mm256_madd_epi16(s2, _mm256_set1_epi32((uint16_t)xsum(X, r, b)));
-        const __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+        const __m256 xs = _mm256_set1_ps((float)xsum(X, r, b));
+        const __m256 f = _mm256_fnmadd_ps(dm, xs, _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
         acc[r] = accum(acc[r], X->d[r * X->nb + b], f);
     }
 }
