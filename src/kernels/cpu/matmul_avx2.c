@@ -366,21 +366,26 @@ AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
 GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
 GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
 GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
-/* K-quants: from two rows the unpacked-chunk kernels (mm_avx2_q*_K_rows); a single row
- * (decode) runs the one-row kernel ROWK. Both perform mm_unit_*'s operations per block,
- * so the choice by m changes no bit. */
-#define KQ_LOOP(NAME, ROWS, ROWK, REC)                                                  \
-    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
-        if (a->m > 1) {                                                                 \
-            ROWS(a, g0, g1);                                                            \
-            return;                                                                     \
-        }                                                                               \
-        const cpu_weight *w = a->w;                                                     \
-        const int64_t nu = w->k / 256, i0 = 0;                                          \
-        for (int64_t g = g0; g < g1; g++) {                                             \
-            const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
-            RUN_ROW(ROWK);                                                              \
-        }                                                                               \
+/* K-quants: from KQ_ROWS_MIN rows the unpacked-chunk kernels (mm_avx2_q*_K_rows); fewer
+ * rows run the one-row kernel ROWK row by row over the task's groups (the first row
+ * streams them from DRAM, the others find them in L2). On a Zen 1 core 2 or 3 rows were
+ * faster that way: unpacking a record costs about as much as one row's dots over it
+ * (bench/README.md). Both perform mm_unit_*'s operations per block, so the choice by m
+ * changes no bit. */
+#define KQ_ROWS_MIN 4
+#define KQ_LOOP(NAME, ROWS, ROWK, REC)                                                      \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                   \
+        if (a->m >= KQ_ROWS_MIN) {                                                          \
+            ROWS(a, g0, g1);                                                                \
+            return;                                                                         \
+        }                                                                                   \
+        const cpu_weight *w = a->w;                                                         \
+        const int64_t nu = w->k / 256;                                                      \
+        for (int64_t i0 = 0; i0 < a->m; i0++)                                               \
+            for (int64_t g = g0; g < g1; g++) {                                             \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                RUN_ROW(ROWK);                                                              \
+            }                                                                               \
     }
 KQ_LOOP(mm_avx2_q4_K, mm_avx2_q4_K_rows, k_q4_k_row, MM_REC_Q4_K)
 KQ_LOOP(mm_avx2_q5_K, mm_avx2_q5_K_rows, k_q5_k_row, MM_REC_Q5_K)

@@ -1,5 +1,5 @@
-/* AVX2 K-quant (Q4_K, Q5_K, Q6_K) kernels for two rows or more: batched decode and
- * prefill (one row runs the one-row kernels of matmul_avx2.c).
+/* AVX2 K-quant (Q4_K, Q5_K, Q6_K) kernels for several rows (KQ_ROWS_MIN of matmul_avx2.c
+ * or more): batched decode and prefill (fewer rows run the one-row kernels there).
  *
  * Each group's records are unpacked, KU2 units at a time, into an L1 buffer that every
  * tile of rows then reads: per 32-block the eight quant vectors (unsigned bytes, word t
