@@ -39,7 +39,6 @@ AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
             _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
     } while (0)
 
-
 /* Low nibbles of words 0..3 then high nibbles: the 8 steps of a Q4_0/Q4_1 block. */
 AI void unpack_q4(const uint8_t *rec, int h, __m256i *Q) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -126,12 +125,12 @@ AI void k_q8_0_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     }
 }
 
-
 /* One activation row (decode) over a whole 16-column group: both 8-column halves in one
  * pass over the record, so it is streamed once, and each quant word is loaded once for
  * the two blocks of its low and high nibbles. Per lane, the operations and their order
- * are those of kq_block in matmul_kq_avx2.c, the kernel from two rows on (the integer
- * dots are exact, however they are summed). */
+ * are those of kq_block in matmul_kq_avx2.c, the kernel for more rows (the integer
+ * dots are exact, however they are summed); as there, sc * dot and mn * sum(x) are one
+ * vpmaddwd each against int16 pairs (sc, sc) and (mn, 0) x (sum(x), 0). */
 AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -142,7 +141,7 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
                 UNROLL for (int t = 0; t < 8; t++) {
@@ -153,20 +152,18 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                 }
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), madd1(plo));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                __m256i isum = _mm256_madd_epi16(plo, sc_pair(sc + 16 * (2 * c)));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), madd1(phi));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                isum = _mm256_madd_epi16(phi, sc_pair(sc + 16 * (2 * c + 1)));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b1], f);
             }
         }
     }
 }
-
-
 
 /* One activation row of Q5_K over a whole group (see k_q4_k_row): each quant word and
  * each qh word loaded once for the two blocks of its nibbles. */
@@ -180,7 +177,7 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
                 UNROLL for (int t = 0; t < 8; t++) {
@@ -193,12 +190,13 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                 }
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), _mm256_add_epi32(madd1(plo[0]), madd1(plo[1])));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                const __m256i s0 = sc_pair(sc + 16 * (2 * c)), s1 = sc_pair(sc + 16 * (2 * c + 1));
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(plo[0], s0), _mm256_madd_epi16(plo[1], s0));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), _mm256_add_epi32(madd1(phi[0]), madd1(phi[1])));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                isum = _mm256_add_epi32(_mm256_madd_epi16(phi[0], s1), _mm256_madd_epi16(phi[1], s1));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b1], f);
             }
@@ -308,7 +306,6 @@ AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, con
 AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
     k_decoded(a, grp, i0, h, R, acc, 256);
 }
-
 
 #define RUN_ROWS(K, R)                                                                       \
     do {                                                                                     \

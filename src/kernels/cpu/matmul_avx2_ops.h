@@ -83,4 +83,17 @@ AI void store_cols(float *y, __m256 v, int64_t cols) {
     }
 }
 
+/* Lanes of int16 pairs (lo, hi) from int32 lanes in [-32768, 32767]: the scale operand of
+ * a vpmaddwd that widens s16 partial dots and multiplies them in one exact step. */
+AI __m256i pair16(__m256i lo, __m256i hi) {
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
+}
+/* (sc, sc) from 8 u8 scales. */
+AI __m256i sc_pair(const uint8_t *p) {
+    const __m256i v = u8x8_epi32(p);
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+/* (sum(x), 0) of row 0 of X, block b: |sum| <= 32 * 127 fits int16. */
+AI __m256i xsum_pair(const xrows *X, int64_t b) { return _mm256_set1_epi32((uint16_t)xsum(X, 0, b)); }
+
 #endif

@@ -61,11 +61,6 @@ AI void st(uint8_t *p, __m256i v) { _mm256_store_si256((__m256i *)(void *)p, v);
 AI __m256i ld(const uint8_t *p) { return _mm256_load_si256((const __m256i *)(const void *)p); }
 AI __m256 ldf(const uint8_t *p) { return _mm256_load_ps((const float *)(const void *)p); }
 
-/* Lanes of int16 pairs (lo, hi) from int32 lanes in [-32768, 32767]. */
-AI __m256i pair16(__m256i lo, __m256i hi) {
-    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
-}
-
 /* Record rec (one unit of one group) into the unpacked form at U. */
 AI void unpack_unit(const uint32_t type, const uint8_t *rec, uint8_t *U) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
