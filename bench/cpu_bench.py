@@ -139,7 +139,7 @@ def fma_peak(exe, threads, reps):
 
 
 def int8_probe():
-    """bench/int8_peak built, or None where the compiler or CPU lacks AVX-512 VNNI."""
+    """bench/int8_peak built, or None where the compiler or CPU lacks AVX-512 VNNI and AVX2."""
     try:
         exe = build_probe("int8_peak")
         fma_peak(exe, 1, 1)

@@ -5,7 +5,10 @@
  * of M = 1..64 and a spread of sizes up to 301; each row of the M-row result must equal
  * (memcmp) that row's M = 1 result. Also: all ISAs give identical bits. On AVX-512 the
  * K-quants run their one-row kernels at M = 1 and the panel kernels from M = 2 (panels of
- * 8 rows and a remainder panel of 1..7), so the sweep proves those agree bit for bit.
+ * 8 rows and a remainder panel of 1..7), and on AVX2 their one-row kernels at M = 1..3 and
+ * the unpacked-chunk kernels of matmul_kq_avx2.c from M = 4 (tiles of 4 rows and a
+ * remainder of 1..3, group-major up to 16 rows, chunk-major above), so the sweep proves
+ * those agree bit for bit.
  * Negative control: the same check on cpu_matmul_splitk_by_m (same maths, K split
  * by m) must find mismatches, showing the check can detect non-invariance.
  * Q5_K, packed natively since it got its own kernels, must keep the bits of the decoded

@@ -14,44 +14,10 @@
 #include <string.h>
 
 #include "formats/quant.h"
+#include "kernels/cpu/matmul_avx2_ops.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #define MR 4
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 16")
-
-AI __m256i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-AI __m256 f16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-AI __m256i ldw(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-AI __m256i madd1(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
-
-typedef struct {
-    const int8_t *q;
-    const float *d;
-    const int16_t *s;
-    int64_t k, nb;
-} xrows;
-
-AI xrows rows_at(const mm_args *a, int64_t i0) {
-    xrows r;
-    r.k = a->w->k;
-    r.nb = a->xq.nb;
-    r.q = a->xq.q + i0 * r.k;
-    r.d = a->xq.d + i0 * r.nb;
-    r.s = a->xq.s + i0 * 2 * r.nb;
-    return r;
-}
-
-AI int xsum(const xrows *X, int r, int64_t b) {
-    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
-}
-
-/* acc = fma(dx, f, acc), the scalar reference's fmaf. */
-AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_fmadd_ps(_mm256_set1_ps(dx), f, acc); }
 
 /* Software prefetch of the weight stream (see matmul_avx512.c); each record is
  * read twice (two 8-column halves), prefetch on the first. */
@@ -72,13 +38,6 @@ AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
         for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
             _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
     } while (0)
-
-/* Q[0..7]: u8 quants 0..15 for the 8 four-element steps of one 32-block. */
-AI __m256i dot8_u4(const __m256i *Q, const int8_t *x) {
-    __m256i p = _mm256_maddubs_epi16(Q[0], bcast4(x));
-    UNROLL for (int t = 1; t < 8; t++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
-    return madd1(p);
-}
 
 /* Low nibbles of words 0..3 then high nibbles: the 8 steps of a Q4_0/Q4_1 block. */
 AI void unpack_q4(const uint8_t *rec, int h, __m256i *Q) {
@@ -166,42 +125,12 @@ AI void k_q8_0_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     }
 }
 
-AI __m256i u8x8_epi32(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-AI __m256i i8x8_epi32(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-
-AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q4_K;
-        prefetch_rec(rec, MM_REC_Q4_K, h);
-        const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
-        for (int j = 0; j < 8; j++) {
-            const int c = j / 2;
-            const int64_t b = u * 8 + j;
-            __m256i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
-                Q[t] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(W, 4) : W, m4);
-            }
-            const __m256i sc = u8x8_epi32(rec + 2112 + 16 * j + 8 * h);
-            const __m256i mn = u8x8_epi32(rec + 2240 + 16 * j + 8 * h);
-            UNROLL for (int r = 0; r < R; r++) {
-                __m256i isum = _mm256_mullo_epi32(sc, dot8_u4(Q, X.q + r * X.k + 32 * b));
-                __m256i imin = _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum(&X, r, b)));
-                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin),
-                                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
-            }
-        }
-    }
-}
-
 /* One activation row (decode) over a whole 16-column group: both 8-column halves in one
  * pass over the record, so it is streamed once, and each quant word is loaded once for
  * the two blocks of its low and high nibbles. Per lane, the operations and their order
- * are k_q4_k's (the integer dots are exact, however they are summed). */
+ * are those of kq_block in matmul_kq_avx2.c, the kernel for more rows (the integer
+ * dots are exact, however they are summed); as there, sc * dot and mn * sum(x) are one
+ * vpmaddwd each against int16 pairs (sc, sc) and (mn, 0) x (sum(x), 0). */
 AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -212,7 +141,7 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
                 UNROLL for (int t = 0; t < 8; t++) {
@@ -223,63 +152,14 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                 }
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), madd1(plo));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                __m256i isum = _mm256_madd_epi16(plo, sc_pair(sc + 16 * (2 * c)));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), madd1(phi));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                isum = _mm256_madd_epi16(phi, sc_pair(sc + 16 * (2 * c + 1)));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b1], f);
-            }
-        }
-    }
-}
-
-/* Q[0..7]: u8 quants 0..31 for the 8 steps of one 32-block (4 steps per madd). */
-AI __m256i dot8_u5(const __m256i *Q, const int8_t *x) {
-    __m256i p0 = _mm256_maddubs_epi16(Q[0], bcast4(x)), p1 = _mm256_maddubs_epi16(Q[4], bcast4(x + 16));
-    UNROLL for (int t = 1; t < 4; t++) {
-        p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
-        p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(Q[4 + t], bcast4(x + 16 + 4 * t)));
-    }
-    return _mm256_add_epi32(madd1(p0), madd1(p1));
-}
-
-/* Q5_K's fifth bit of block j (bit j of each qh byte) as 0x10. The 16-bit shifts move
- * no bit across a byte that the mask keeps (j - 4 <= 3, 4 - j <= 4). */
-AI __m256i q5_hbit(__m256i H, int j) {
-    const __m256i m = _mm256_set1_epi8(0x10);
-    return j <= 4 ? _mm256_and_si256(_mm256_sll_epi16(H, _mm_cvtsi32_si128(4 - j)), m)
-                  : _mm256_and_si256(_mm256_srl_epi16(H, _mm_cvtsi32_si128(j - 4)), m);
-}
-
-/* Q5_K: k_q4_k's operations on five-bit quants (the record is Q4_K's plus qh words). */
-AI void k_q5_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q5_K;
-        prefetch_rec(rec, MM_REC_Q5_K, h);
-        const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
-        for (int j = 0; j < 8; j++) {
-            const int c = j / 2;
-            const int64_t b = u * 8 + j;
-            __m256i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
-                Q[t] = _mm256_or_si256(_mm256_and_si256((j & 1) ? _mm256_srli_epi16(W, 4) : W, m4),
-                                       q5_hbit(ldw(rec + 2368 + 64 * t + 32 * h), j));
-            }
-            const __m256i sc = u8x8_epi32(rec + 2112 + 16 * j + 8 * h);
-            const __m256i mn = u8x8_epi32(rec + 2240 + 16 * j + 8 * h);
-            UNROLL for (int r = 0; r < R; r++) {
-                __m256i isum = _mm256_mullo_epi32(sc, dot8_u5(Q, X.q + r * X.k + 32 * b));
-                __m256i imin = _mm256_mullo_epi32(mn, _mm256_set1_epi32(xsum(&X, r, b)));
-                __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin),
-                                            _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }
     }
@@ -297,7 +177,7 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
                 UNROLL for (int t = 0; t < 8; t++) {
@@ -310,60 +190,15 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                 }
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), _mm256_add_epi32(madd1(plo[0]), madd1(plo[1])));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                const __m256i s0 = sc_pair(sc + 16 * (2 * c)), s1 = sc_pair(sc + 16 * (2 * c + 1));
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(plo[0], s0), _mm256_madd_epi16(plo[1], s0));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), _mm256_add_epi32(madd1(phi[0]), madd1(phi[1])));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                isum = _mm256_add_epi32(_mm256_madd_epi16(phi[0], s1), _mm256_madd_epi16(phi[1], s1));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b1], f);
-            }
-        }
-    }
-}
-
-AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    const xrows X = rows_at(a, i0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const int64_t nu = X.nb / 8;
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q6_K;
-        prefetch_rec(rec, MM_REC_Q6_K, h);
-        const __m256 d = f16x8(rec + MM_Q6_D + 16 * h);
-        for (int ab = 0; ab < 8; ab++) {
-            const int n = ab / 4, qtr = ab % 4;
-            const int64_t b = u * 8 + ab;
-            __m256i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                __m256i L = ldw(rec + MM_Q6_QL(16 * n + 8 * (qtr & 1) + t) + 32 * h);
-                __m256i H = ldw(rec + MM_Q6_QH(8 * n + t) + 32 * h);
-                __m256i lo = qtr >= 2 ? _mm256_srli_epi16(L, 4) : L;
-                __m256i hb;
-                switch (qtr) {
-                case 0: hb = _mm256_slli_epi16(H, 4); break;
-                case 1: hb = _mm256_slli_epi16(H, 2); break;
-                case 2: hb = H; break;
-                default: hb = _mm256_srli_epi16(H, 2); break;
-                }
-                Q[t] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hb, m30));
-            }
-            const __m256i sl = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab) + 8 * h);
-            const __m256i sh = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1) + 8 * h);
-            UNROLL for (int r = 0; r < R; r++) {
-                const int8_t *x = X.q + r * X.k + 32 * b;
-                __m256i pl = _mm256_add_epi32(
-                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[0], bcast4(x)), _mm256_maddubs_epi16(Q[1], bcast4(x + 4)))),
-                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[2], bcast4(x + 8)), _mm256_maddubs_epi16(Q[3], bcast4(x + 12)))));
-                __m256i ph = _mm256_add_epi32(
-                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[4], bcast4(x + 16)), _mm256_maddubs_epi16(Q[5], bcast4(x + 20)))),
-                    madd1(_mm256_add_epi16(_mm256_maddubs_epi16(Q[6], bcast4(x + 24)), _mm256_maddubs_epi16(Q[7], bcast4(x + 28)))));
-                const int16_t *s = X.s + r * 2 * X.nb + 2 * b;
-                pl = _mm256_sub_epi32(pl, _mm256_set1_epi32(32 * s[0]));
-                ph = _mm256_sub_epi32(ph, _mm256_set1_epi32(32 * s[1]));
-                __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
-                __m256 f = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
-                acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }
     }
@@ -372,7 +207,7 @@ AI void k_q6_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
 /* One activation row over a whole 16-column group (see k_q4_k_row). The four blocks of
  * a 128-element half n share their high-bit words, and blocks qtr, qtr + 2 their low
  * words: each word is loaded once per half and its four block factors are computed
- * before they enter acc in block order, as k_q6_k does. */
+ * before they enter acc in block order, as kq_block of matmul_kq_avx2.c does. */
 AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
@@ -387,6 +222,12 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                     /* pl/ph: the two 16-element halves of blocks qtr = p (A) and p + 2 (B) */
                     __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
                     const int8_t *xa = X.q + 32 * (u * 8 + 4 * n + p), *xb = xa + 64;
+                    /* Scale pairs (sl, sl), (sh, sh) of A and B: one vpmaddwd widens and scales. */
+                    __m256i sc[2][2];
+                    UNROLL for (int q = 0; q < 2; q++) UNROLL for (int e = 0; e < 2; e++) {
+                        const __m256i v = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * (4 * n + p + 2 * q) + e) + 8 * h);
+                        sc[q][e] = pair16(v, v);
+                    }
                     UNROLL for (int t = 0; t < 8; t += 2) {
                         __m256i sA = _mm256_setzero_si256(), sB = sA;
                         UNROLL for (int e = 0; e < 2; e++) {
@@ -401,11 +242,11 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                             sB = _mm256_add_epi16(sB, _mm256_maddubs_epi16(qB, bcast4(xb + 4 * (t + e))));
                         }
                         if (t < 4) {
-                            plA = _mm256_add_epi32(plA, madd1(sA));
-                            plB = _mm256_add_epi32(plB, madd1(sB));
+                            plA = _mm256_add_epi32(plA, _mm256_madd_epi16(sA, sc[0][0]));
+                            plB = _mm256_add_epi32(plB, _mm256_madd_epi16(sB, sc[1][0]));
                         } else {
-                            phA = _mm256_add_epi32(phA, madd1(sA));
-                            phB = _mm256_add_epi32(phB, madd1(sB));
+                            phA = _mm256_add_epi32(phA, _mm256_madd_epi16(sA, sc[0][1]));
+                            phB = _mm256_add_epi32(phB, _mm256_madd_epi16(sB, sc[1][1]));
                         }
                     }
                     const __m256 d = f16x8(rec + MM_Q6_D + 16 * h);
@@ -413,11 +254,15 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                         const int ab = 4 * n + p + 2 * q;
                         const int64_t b = u * 8 + ab;
                         const int16_t *xs = X.s + 2 * b;
-                        const __m256i pl = _mm256_sub_epi32(q ? plB : plA, _mm256_set1_epi32(32 * xs[0]));
-                        const __m256i ph = _mm256_sub_epi32(q ? phB : phA, _mm256_set1_epi32(32 * xs[1]));
+                        /* isum = sl * (dot_lo - 32 s0) + sh * (dot_hi - 32 s1), regrouped (exact):
+                         * the correction is one vpmaddwd of (32 sl, 32 sh) by (s0, s1). */
                         const __m256i sl = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab) + 8 * h);
                         const __m256i sh = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1) + 8 * h);
-                        const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
+                        const __m256i xsp =
+                            _mm256_set1_epi32((int32_t)(((uint32_t)(uint16_t)xs[1] << 16) | (uint16_t)xs[0]));
+                        const __m256i corr =
+                            _mm256_madd_epi16(pair16(_mm256_slli_epi32(sl, 5), _mm256_slli_epi32(sh, 5)), xsp);
+                        const __m256i isum = _mm256_sub_epi32(_mm256_add_epi32(q ? plB : plA, q ? phB : phA), corr);
                         f[p + 2 * q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
                     }
                 }
@@ -470,17 +315,6 @@ AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, con
 }
 AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
     k_decoded(a, grp, i0, h, R, acc, 256);
-}
-
-/* Stores lanes [0, cols) of v to y (cols 1..8). */
-AI void store_cols(float *y, __m256 v, int64_t cols) {
-    if (cols >= 8) {
-        _mm256_storeu_ps(y, v);
-    } else {
-        float t[8];
-        _mm256_storeu_ps(t, v);
-        memcpy(y, t, (size_t)cols * sizeof(float));
-    }
 }
 
 #define RUN_ROWS(K, R)                                                                       \
@@ -539,9 +373,30 @@ AI void no_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
 GROUP_LOOP(mm_avx2_q4_0, k_q4_0, MM_REC_Q4_0)
 GROUP_LOOP(mm_avx2_q4_1, k_q4_1, MM_REC_Q4_1)
 GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
-GROUP_LOOP_ROW(mm_avx2_q4_K, k_q4_k, MM_REC_Q4_K, k_q4_k_row, 1)
-GROUP_LOOP_ROW(mm_avx2_q5_K, k_q5_k, MM_REC_Q5_K, k_q5_k_row, 1)
-GROUP_LOOP_ROW(mm_avx2_q6_K, k_q6_k, MM_REC_Q6_K, k_q6_k_row, 1)
+/* K-quants: from KQ_ROWS_MIN rows the unpacked-chunk kernels (mm_avx2_q*_K_rows); fewer
+ * rows run the one-row kernel ROWK row by row over the task's groups (the first row
+ * streams them from DRAM, the others find them in L2). On a Zen 1 core 2 or 3 rows were
+ * faster that way: unpacking a record costs about as much as one row's dots over it
+ * (bench/README.md). Both perform mm_unit_*'s operations per block, so the choice by m
+ * changes no bit. */
+#define KQ_ROWS_MIN 4
+#define KQ_LOOP(NAME, ROWS, ROWK, REC)                                                      \
+    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                                   \
+        if (a->m >= KQ_ROWS_MIN) {                                                          \
+            ROWS(a, g0, g1);                                                                \
+            return;                                                                         \
+        }                                                                                   \
+        const cpu_weight *w = a->w;                                                         \
+        const int64_t nu = w->k / 256;                                                      \
+        for (int64_t i0 = 0; i0 < a->m; i0++)                                               \
+            for (int64_t g = g0; g < g1; g++) {                                             \
+                const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * (REC); \
+                RUN_ROW(ROWK);                                                              \
+            }                                                                               \
+    }
+KQ_LOOP(mm_avx2_q4_K, mm_avx2_q4_K_rows, k_q4_k_row, MM_REC_Q4_K)
+KQ_LOOP(mm_avx2_q5_K, mm_avx2_q5_K_rows, k_q5_k_row, MM_REC_Q5_K)
+KQ_LOOP(mm_avx2_q6_K, mm_avx2_q6_K_rows, k_q6_k_row, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
 MM_DECODED(DECODED_LOOP)
 

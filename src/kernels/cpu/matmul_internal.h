@@ -195,6 +195,10 @@ MM_KERNELS(avx512)
 void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q5_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q6_K_panels(const mm_args *a, int64_t g0, int64_t g1);
+/* AVX2 K-quant kernels for several rows (matmul_kq_avx2.c), called by mm_avx2_q*_K. */
+void mm_avx2_q4_K_rows(const mm_args *a, int64_t g0, int64_t g1);
+void mm_avx2_q5_K_rows(const mm_args *a, int64_t g0, int64_t g1);
+void mm_avx2_q6_K_rows(const mm_args *a, int64_t g0, int64_t g1);
 #undef MM_KERNELS
 #undef MM_DECODED_KERNELS
 #undef MM_DECODED_KERNEL
