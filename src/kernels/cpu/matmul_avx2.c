@@ -198,6 +198,19 @@ AI void k_q4_k(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
     }
 }
 
+/* One-row epilogue integers through madd_epi16, not mullo_epi32: this core (and others
+ * with one integer multiply pipe) issues a 256-bit mullo_epi32 at half madd_epi16's rate,
+ * and the one-row K-quant kernels are bound by that pipe, not by memory.
+ * pair16: the u8 scale of each column in both 16-bit halves of its 32-bit lane, so
+ * madd_epi16(p, pair16) = s * (p_lo + p_hi) = mullo(s, madd1(p)), exactly.
+ * lo16: an int16 in the low half (high half 0), so madd_epi16(u8x8_epi32 m, lo16(x)) =
+ * m * x = mullo(m, set1(x)), exactly (|x| <= 32 * 127 fits int16). */
+AI __m256i u8x8_pair16(const uint8_t *p) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
+}
+AI __m256i lo16(int x) { return _mm256_set1_epi32((int)(uint16_t)x); }
+
 /* One activation row (decode) over a whole 16-column group: both 8-column halves in one
  * pass over the record, so it is streamed once, and each quant word is loaded once for
  * the two blocks of its low and high nibbles. Per lane, the operations and their order
@@ -206,34 +219,42 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
+    __m256 ac[2] = {acc[0], acc[1]}; /* local: GCC kept acc[] in memory across the loop */
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q4_K;
         for (int c = 0; c < 4; c++) {
             PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
-            UNROLL for (int h = 0; h < 2; h++) {
-                __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
-                UNROLL for (int t = 0; t < 8; t++) {
+            const __m256i xs0 = lo16(xsum(&X, 0, b0)), xs1 = lo16(xsum(&X, 0, b1));
+            /* Step-major, both halves per step: each activation broadcast is used twice
+             * while it is in a register (half-major kept 16 of them live and spilled them). */
+            __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m256i bx0 = bcast4(x0 + 4 * t), bx1 = bcast4(x1 + 4 * t);
+                UNROLL for (int h = 0; h < 2; h++) {
                     const __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
-                    plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(W, m4), bcast4(x0 + 4 * t)));
-                    phi = _mm256_add_epi16(
-                        phi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), bcast4(x1 + 4 * t)));
+                    plo[h] = _mm256_add_epi16(plo[h], _mm256_maddubs_epi16(_mm256_and_si256(W, m4), bx0));
+                    phi[h] = _mm256_add_epi16(
+                        phi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), bx1));
                 }
+            }
+            UNROLL for (int h = 0; h < 2; h++) {
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), madd1(plo));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                __m256i isum = _mm256_madd_epi16(plo[h], u8x8_pair16(sc + 16 * (2 * c)));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), madd1(phi));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                ac[h] = accum(ac[h], X.d[b0], f);
+                isum = _mm256_madd_epi16(phi[h], u8x8_pair16(sc + 16 * (2 * c + 1)));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b1], f);
+                ac[h] = accum(ac[h], X.d[b1], f);
             }
         }
     }
+    acc[0] = ac[0];
+    acc[1] = ac[1];
 }
 
 /* Q[0..7]: u8 quants 0..31 for the 8 steps of one 32-block (4 steps per madd). */
@@ -297,7 +318,7 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
-            const __m256i xs0 = _mm256_set1_epi32(xsum(&X, 0, b0)), xs1 = _mm256_set1_epi32(xsum(&X, 0, b1));
+            const __m256i xs0 = lo16(xsum(&X, 0, b0)), xs1 = lo16(xsum(&X, 0, b1));
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
                 UNROLL for (int t = 0; t < 8; t++) {
@@ -310,12 +331,13 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                 }
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c)), _mm256_add_epi32(madd1(plo[0]), madd1(plo[1])));
-                __m256i imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c)), xs0);
+                const __m256i s0 = u8x8_pair16(sc + 16 * (2 * c)), s1 = u8x8_pair16(sc + 16 * (2 * c + 1));
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(plo[0], s0), _mm256_madd_epi16(plo[1], s0));
+                __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_mullo_epi32(u8x8_epi32(sc + 16 * (2 * c + 1)), _mm256_add_epi32(madd1(phi[0]), madd1(phi[1])));
-                imin = _mm256_mullo_epi32(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
+                isum = _mm256_add_epi32(_mm256_madd_epi16(phi[0], s1), _mm256_madd_epi16(phi[1], s1));
+                imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
                 acc[h] = accum(acc[h], X.d[b1], f);
             }
