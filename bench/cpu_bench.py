@@ -555,14 +555,15 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=N
                     row["int8_bound"] = bound
                     row["invar_int8_fraction"] = a / bound if a else None
                     row["llama_int8_fraction"] = b / bound if b else None
-                rows.append(row)
+                if a is not None or b is not None:  # --ctx-only leaves the short-context rows empty
+                    rows.append(row)
     for name, path, wb, _ in models:
         for test in sorted({r["test"] for r in results if r["model"] == name and "@" in r["test"]}, reverse=True):
             c = int(test.split("@")[1])
             for t in threads_list:
                 a = find(results, model=name, engine="invar", threads=t, test=test)
                 b = find(results, model=name, engine="llama.cpp", threads=t, test=test)
-                row = {"model": name, "test": test.replace("pp@", f"pp{c}").replace("tg@", "tg @"), "threads": t,
+                row = {"model": name, "test": f"pp{c}" if test.startswith("pp") else f"tg @{c}", "threads": t,
                        "invar": a, "llama.cpp": b, "ratio": ratio(a, b)}
                 if test.startswith("tg"):
                     # Each engine's own bytes per step: the weights plus its KV cache at c
