@@ -249,14 +249,39 @@ def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompts, lon
     return out
 
 
+def invar_ctx_rep(invar, model, threads, dec_tokens, short, long_prompt, kv_mb):
+    """Long context, one process: a short warm-up request, then one long prompt of
+    len(long_prompt) tokens that decodes dec_tokens more.  Timed by invar's own --timing
+    (first token = end of the prefill, done = last token), so the long prefill is paid once
+    and never subtracted from a decode figure.  Returns (prefill_s, decode_s)."""
+    reqs = [{"id": "W0", "prompt": short()[0], "max_tokens": 1, "ignore_eos": True},
+            {"id": "L0", "prompt": long_prompt, "max_tokens": 1 + dec_tokens, "ignore_eos": True}]
+    cmd = [invar, "batch", "--model", model, "--threads", str(threads), "--max-batch", "1",
+           "--max-batch-tokens", str(PP_TOKENS), "--kv-mem-mb", str(kv_mb), "--timing"]
+    res = {r["id"]: r for r, _ in run_timed(cmd, "".join(json.dumps(r) + "\n" for r in reqs))}
+    if any("error" in r for r in res.values()):
+        raise RuntimeError(f"invar request failed: {res}")
+    w, l = res["W0"]["timing"], res["L0"]["timing"]
+    if len(res["L0"]["token_ids"]) != 1 + dec_tokens:
+        raise RuntimeError(f"invar stopped early: {len(res['L0']['token_ids'])} tokens")
+    return l["first_token_s"] - w["done_s"], l["done_s"] - l["first_token_s"]
+
+
 # ----------------------------------------------------------------------------- llama.cpp
 
 class LlamaRunner:
     """llama.cpp with a context of n_seq sequences, each in its own KV stream (kv_unified
     off, as llama-batched-bench does)."""
 
+    _models = {}  # path -> [L, model, contexts using it]: one copy per file, however many contexts
+
     def __init__(self, path, threads, n_seq, n_ctx_seq, kv_unified=False):
-        self.L, self.model = llama_ctx.load_model(path)
+        if path not in LlamaRunner._models:
+            LlamaRunner._models[path] = [*llama_ctx.load_model(path), 0]
+        entry = LlamaRunner._models[path]
+        entry[2] += 1
+        self.path = path
+        self.L, self.model = entry[0], entry[1]
         n_batch = max(PP_TOKENS, n_seq)
         self.ctx = llama_ctx.new_context(self.L, self.model, threads, n_ctx_seq * n_seq, n_batch, n_seq,
                                          kv_unified)
@@ -268,7 +293,11 @@ class LlamaRunner:
         L = self.L
         L.llama_batch_free(self.batch)
         L.llama_free(self.ctx)
-        L.llama_model_free(self.model)
+        entry = LlamaRunner._models[self.path]
+        entry[2] -= 1
+        if entry[2] == 0:   # the last context of this file: an 8B model's copy is 5-9 GB
+            L.llama_model_free(self.model)
+            del LlamaRunner._models[self.path]
 
     def _fill(self, entries):
         llama_ctx.fill_batch(self.batch, entries)
@@ -291,6 +320,33 @@ class LlamaRunner:
         t0 = time.perf_counter()
         self._decode_argmax(1)
         return time.perf_counter() - t0
+
+    def prefill_decode(self, ids, n_tokens, cap_s):
+        """Long context: the prompt in n_batch-token llama_decode calls (timed, as invar
+        chunks it by --max-batch-tokens), then greedy single-token steps at that context.
+        Returns (prefill seconds, decode seconds, decode steps)."""
+        self.clear()
+        nb = max(PP_TOKENS, self.n_seq)
+        t0 = time.perf_counter()
+        for i in range(0, len(ids), nb):
+            chunk = ids[i:i + nb]
+            self._fill([(t, i + j, 0, i + j == len(ids) - 1) for j, t in enumerate(chunk)])
+            if i + nb < len(ids):
+                if self.L.llama_decode(self.ctx, self.batch) != 0:
+                    raise RuntimeError("llama_decode failed")
+            else:
+                last = int(self._decode_argmax(1)[0])
+        pp_s = time.perf_counter() - t0
+        pos, steps = len(ids), 0
+        t0 = time.perf_counter()
+        while steps < n_tokens:
+            self._fill([(last, pos, 0, True)])
+            last = int(self._decode_argmax(1)[0])
+            pos += 1
+            steps += 1
+            if time.perf_counter() - t0 > cap_s:
+                break
+        return pp_s, time.perf_counter() - t0, steps
 
     def decode(self, prompts, n_tokens, cap_s):
         """Prefill one prompt per sequence (untimed, packed into n_batch-sized calls), then
@@ -345,7 +401,9 @@ def bench_single(args, invar, name, path, threads_list, exact, results):
     if not args.skip_llama:
         for t in threads_list:
             llama[t] = LlamaRunner(path, t, 1, 1024)
-            llama[t].prefill(exact(PP_TOKENS)[1])                 # warm-up: first touch, graph
+            # warm-up: first touch, graph (a short prompt with --no-pp: an 8B-sized 512-token
+            # prefill takes minutes on 2 cores and warms nothing decode uses)
+            llama[t].prefill(exact(SHORT_PROMPT if args.no_pp else PP_TOKENS)[1])
             llama[t].decode([exact(SHORT_PROMPT)[1]], 4, 60)
     for rep in range(args.reps):
         for t in threads_list:
@@ -372,6 +430,57 @@ def bench_single(args, invar, name, path, threads_list, exact, results):
                 if xs:
                     results.append({"model": name, "engine": eng, "threads": t, "test": test,
                                     "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
+
+
+def kv_bytes_per_position(path, elem_bytes):
+    """K and V bytes one cached position takes over all layers (invar: float32, 4;
+    llama.cpp's default cache: f16, 2); a decode step at context c reads c of them."""
+    import gguf
+    r = gguf.GGUFReader(path)
+
+    def field(key):
+        f = r.fields[f"llama.{key}"]
+        return int(f.parts[f.data[0]][0])
+    n_head = field("attention.head_count")
+    kv = field("attention.head_count_kv") if "llama.attention.head_count_kv" in r.fields else n_head
+    hd = field("key_length") if "llama.key_length" in r.fields else field("embedding_length") // n_head
+    return field("block_count") * 2 * kv * hd * elem_bytes
+
+
+def bench_ctx(args, invar, name, path, threads_list, exact, results):
+    """Long context (--ctx-tokens N): prefill of an N-token prompt and decode of --tokens
+    more at that context, every thread count, invar and llama.cpp interleaved."""
+    n = args.ctx_tokens
+    kv_mb = int(kv_bytes_per_position(path, 4) * (n + args.tokens + 64) / (1 << 20)) + 64
+    inv = {t: {"pp": [], "tg": []} for t in threads_list}
+    lla = {t: {"pp": [], "tg": []} for t in threads_list}
+    llama = {}
+    if not args.skip_llama:
+        for t in threads_list:
+            llama[t] = LlamaRunner(path, t, 1, n + args.tokens + 64)
+            llama[t].prefill(exact(SHORT_PROMPT)[1])                  # warm-up: first touch, graph
+    for rep in range(args.reps):
+        for t in threads_list:
+            lp = exact(n)
+            pp_s, dec_s = invar_ctx_rep(invar, path, t, args.tokens, lambda: exact(SHORT_PROMPT), lp[0], kv_mb)
+            inv[t]["pp"].append(n / pp_s)
+            inv[t]["tg"].append(args.tokens / dec_s)
+            line = f"  {name} ctx {n} t={t} rep {rep + 1}: invar pp {inv[t]['pp'][-1]:.1f} tg {inv[t]['tg'][-1]:.2f}"
+            if llama:
+                pp_s, dec_s, steps = llama[t].prefill_decode(exact(n)[1], args.tokens, args.llama_cap)
+                lla[t]["pp"].append(n / pp_s)
+                lla[t]["tg"].append(steps / dec_s)
+                line += f" | llama.cpp pp {lla[t]['pp'][-1]:.1f} tg {lla[t]['tg'][-1]:.2f}"
+            log(line)
+    for r in llama.values():
+        r.close()
+    for eng, d in (("invar", inv), ("llama.cpp", lla)):
+        for t in threads_list:
+            for test, xs in d[t].items():
+                if xs:
+                    results.append({"model": name, "engine": eng, "threads": t, "test": f"{test}@{n}",
+                                    "n_seq": 1, "ctx_tokens": n, "tokens_per_s": xs, "median": median(xs),
+                                    "best": max(xs)})
 
 
 def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
@@ -406,13 +515,13 @@ def find(results, **kw):
 
 # ----------------------------------------------------------------------------- report
 
-def paired_scaling(results, engine, model, t1, t2):
+def paired_scaling(results, engine, model, t1, t2, test="pp"):
     """Median over repetitions of pp(t2) / pp(t1); the thread counts of one repetition run
     back to back, so each ratio compares like conditions."""
     a = next((r["tokens_per_s"] for r in results if r["engine"] == engine and r["model"] == model
-              and r["test"] == "pp" and r["threads"] == t1), None)
+              and r["test"] == test and r["threads"] == t1), None)
     b = next((r["tokens_per_s"] for r in results if r["engine"] == engine and r["model"] == model
-              and r["test"] == "pp" and r["threads"] == t2), None)
+              and r["test"] == test and r["threads"] == t2), None)
     if not a or not b:
         return None
     return median([y / x for x, y in zip(a, b)])
@@ -448,6 +557,24 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=N
                     row["int8_bound"] = bound
                     row["invar_int8_fraction"] = a / bound if a else None
                     row["llama_int8_fraction"] = b / bound if b else None
+                if a is not None or b is not None:  # --ctx-only leaves the short-context rows empty
+                    rows.append(row)
+    for name, path, wb, _ in models:
+        for test in sorted({r["test"] for r in results if r["model"] == name and "@" in r["test"]}, reverse=True):
+            c = int(test.split("@")[1])
+            for t in threads_list:
+                a = find(results, model=name, engine="invar", threads=t, test=test)
+                b = find(results, model=name, engine="llama.cpp", threads=t, test=test)
+                row = {"model": name, "test": f"pp{c}" if test.startswith("pp") else f"tg @{c}", "threads": t,
+                       "invar": a, "llama.cpp": b, "ratio": ratio(a, b)}
+                if test.startswith("tg"):
+                    # Each engine's own bytes per step: the weights plus its KV cache at c
+                    # positions (invar float32, llama.cpp f16).
+                    inv_b = wb + c * kv_bytes_per_position(path, 4)
+                    lla_b = wb + c * kv_bytes_per_position(path, 2)
+                    row["invar_bytes_per_token"], row["llama_bytes_per_token"] = inv_b, lla_b
+                    row["invar_bw_fraction"] = a * inv_b / (bw[t] * 1e9) if a else None
+                    row["llama_bw_fraction"] = b * lla_b / (bw[t] * 1e9) if b else None
                 rows.append(row)
     for n in ns:
         a = find(results, model="Q4_1", engine="invar", threads=tmax, test="agg", n_seq=n)
@@ -459,13 +586,15 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=N
         goals.append({"goal": text, "value": value, "target": target,
                       "met": bool(ok) if value is not None else None, **extra})
     for name, _, _, _ in models:
-        tg = next(r for r in rows if r["model"] == name and r["test"] == "tg" and r["threads"] == tmax)
+        tg = next((r for r in rows if r["model"] == name and r["test"] == "tg" and r["threads"] == tmax), None)
+        if tg is None or tg["invar"] is None:
+            continue
         f = tg["invar_bw_fraction"]
         goal(f"{name} decode >= 90% of bandwidth bound", f, 0.9, f is not None and f >= 0.9)
         goal(f"{name} decode ahead of llama.cpp", tg["ratio"], 1.0, tg["ratio"] and tg["ratio"] > 1.0)
     for name, _, _, _ in models:
-        pp = next(r for r in rows if r["model"] == name and r["test"] == "pp512" and r["threads"] == tmax)
-        if pp["invar"] is None:
+        pp = next((r for r in rows if r["model"] == name and r["test"] == "pp512" and r["threads"] == tmax), None)
+        if pp is None or pp["invar"] is None:
             continue
         extra = {}
         if pp.get("fma_bound") and pp["llama.cpp"]:
@@ -485,9 +614,15 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=N
     if 1 in threads_list and 2 in threads_list:
         for name, _, _, _ in models:
             sc = paired_scaling(results, "invar", name, 1, 2)
-            goal(f"{name} invar pp512 scaling 1 -> 2 threads >= 1.8x", sc, 1.8, sc and sc >= 1.8,
-                 llama_cpp=paired_scaling(results, "llama.cpp", name, 1, 2),
-                 machine_fma=ratio(fma.get(2), fma.get(1)))
+            if sc is not None:
+                goal(f"{name} invar pp512 scaling 1 -> 2 threads >= 1.8x", sc, 1.8, sc >= 1.8,
+                     llama_cpp=paired_scaling(results, "llama.cpp", name, 1, 2),
+                     machine_fma=ratio(fma.get(2), fma.get(1)))
+            for test in sorted({r["test"] for r in results if r["model"] == name and r["test"].startswith("pp@")}):
+                sc = paired_scaling(results, "invar", name, 1, 2, test)
+                goal(f"{name} invar prefill of {test[3:]} scaling 1 -> 2 threads >= 1.8x", sc, 1.8,
+                     sc is not None and sc >= 1.8, llama_cpp=paired_scaling(results, "llama.cpp", name, 1, 2, test),
+                     machine_fma=ratio(fma.get(2), fma.get(1)))
     return rows, goals
 
 
@@ -622,6 +757,11 @@ def main():
                          "tools/make_tiny_model.py --shape smollm2-1.7b --type Q4_K_M")
     ap.add_argument("--no-pp", action="store_true",
                     help="skip pp512 (single-sequence decode only: a quick decode measurement)")
+    ap.add_argument("--ctx-tokens", type=int, default=0, metavar="N",
+                    help="also measure long context: prefill of an N-token prompt and decode of "
+                         "--tokens more at that context (e.g. 4096)")
+    ap.add_argument("--ctx-only", action="store_true",
+                    help="with --ctx-tokens: skip the pp512 / short-context decode runs")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tag", help="file name suffix (default: UTC date and time)")
     ap.add_argument("--replot", metavar="JSON", help="only redraw the PNG of a saved result file")
@@ -688,8 +828,13 @@ def main():
     # The default model first, aggregate decode included, then the other weight types.
     for name, path, wb, _ in models:
         log(f"{name}: pp{PP_TOKENS} + tg{args.tokens}, threads " + ", ".join(map(str, threads_list)))
-        bench_single(args, invar, name, path, threads_list, exact_cycled, results)
-        checkpoint()
+        if not args.ctx_only:
+            bench_single(args, invar, name, path, threads_list, exact_cycled, results)
+            checkpoint()
+        if args.ctx_tokens:
+            log(f"{name}: prefill of {args.ctx_tokens} tokens + tg{args.tokens} at that context")
+            bench_ctx(args, invar, name, path, threads_list, exact_cycled, results)
+            checkpoint()
         if name != "Q4_1":
             continue
         for n in ns:
@@ -730,7 +875,7 @@ def main():
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "load_average_start": load0, "load_average_end": load1,
         "invar_commit": commit, "invar_binary": invar, "llama_cpp_python": llama_version,
-        "settings": {"reps": args.reps, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
+        "settings": {"reps": args.reps, "ctx_tokens": args.ctx_tokens, "ctx_only": args.ctx_only, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
                      "short_prompt_tokens": SHORT_PROMPT, "threads": threads_list, "concurrency": ns,
                      "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax",
                      "llama_decode_cap_s": args.llama_cap},

@@ -8,7 +8,7 @@ against tools/reference_forward.py without shipping large real checkpoints.
 
 Usage:
   python tools/make_tiny_model.py --arch llama|qwen2|qwen3|qwen3moe|deepseek2 --type Q4_1 \
-      --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m|smollm2-1.7b] \
+      --seed 1 --out PATH [--separate-output] [--shape tiny|smollm2-135m|smollm2-1.7b|llama-3-8b] \
       [--embd-type Q8_0] [--vocab N]
 
 qwen3moe is qwen3 (QK-norm) with every FFN routed: a float32 router
@@ -193,7 +193,8 @@ SMOLLM2_1_7B = Shape(n_embd=2048, n_layer=24, n_head=32, n_head_kv=32, n_ff=8192
 # tokens): about 4.9 GB in Q4_K_M, written through a temporary file. Use --separate-output.
 LLAMA3_8B = Shape(n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336,
                   n_ctx=8192, head_dim=128, rope_base=500000.0, rms_eps=1e-5, n_vocab=128256)
-NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B, "llama3-8b": LLAMA3_8B}
+NAMED_SHAPES = {"smollm2-135m": SMOLLM2_135M, "smollm2-1.7b": SMOLLM2_1_7B, "llama3-8b": LLAMA3_8B,
+                "llama-3-8b": LLAMA3_8B}  # the second spelling: the model's own name
 # DeepSeek-V2-Lite's shape (its config.json): 27 layers, the first dense, 64 routed experts
 # of 1408 (6 used, softmax, not normalised, scale 1) plus 2 shared, MLA without a query
 # bottleneck, YaRN x40 over 4096. 15.7B parameters (2.4B active): about 8.5 GB in Q4_K, for

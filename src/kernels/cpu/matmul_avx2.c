@@ -108,21 +108,24 @@ AI void k_q8_0(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const in
 /* One activation row over a whole group (see k_q4_k_row): each block's record once. */
 AI void k_q8_0_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc) {
     const xrows X = rows_at(a, i0);
+    __m256 ac[2] = {acc[0], acc[1]};
     for (int64_t b = 0; b < X.nb; b++) {
         const uint8_t *rec = grp + b * MM_REC_Q8_0;
         prefetch_rec(rec, MM_REC_Q8_0, 0);
         const int8_t *x = X.q + 32 * b;
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i isum = _mm256_setzero_si256();
-            UNROLL for (int t = 0; t < 8; t++) {
+        __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        UNROLL for (int t = 0; t < 8; t++) {  /* step-major: one broadcast for both halves */
+            const __m256i bx = bcast4(x + 4 * t);
+            UNROLL for (int h = 0; h < 2; h++) {
                 const __m256i W = ldw(rec + 64 * t + 32 * h);
-                isum = _mm256_add_epi32(
-                    isum, madd1(_mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(bcast4(x + 4 * t), W))));
+                isum[h] = _mm256_add_epi32(isum[h], madd1(_mm256_maddubs_epi16(_mm256_abs_epi8(W), _mm256_sign_epi8(bx, W))));
             }
-            const __m256 f = _mm256_mul_ps(f16x8(rec + 512 + 16 * h), _mm256_cvtepi32_ps(isum));
-            acc[h] = accum(acc[h], X.d[b], f);
         }
+        UNROLL for (int h = 0; h < 2; h++)
+            ac[h] = accum(ac[h], X.d[b], _mm256_mul_ps(f16x8(rec + 512 + 16 * h), _mm256_cvtepi32_ps(isum[h])));
     }
+    acc[0] = ac[0];
+    acc[1] = ac[1];
 }
 
 /* One activation row (decode) over a whole 16-column group: both 8-column halves in one
@@ -135,6 +138,7 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
+    __m256 ac[2] = {acc[0], acc[1]}; /* local: GCC kept acc[] in memory across the loop */
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q4_K;
         for (int c = 0; c < 4; c++) {
@@ -142,27 +146,34 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
-            UNROLL for (int h = 0; h < 2; h++) {
-                __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
-                UNROLL for (int t = 0; t < 8; t++) {
+            /* Step-major, both halves per step: each activation broadcast is used twice
+             * while it is in a register (half-major kept 16 of them live and spilled them). */
+            __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m256i bx0 = bcast4(x0 + 4 * t), bx1 = bcast4(x1 + 4 * t);
+                UNROLL for (int h = 0; h < 2; h++) {
                     const __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
-                    plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(W, m4), bcast4(x0 + 4 * t)));
-                    phi = _mm256_add_epi16(
-                        phi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), bcast4(x1 + 4 * t)));
+                    plo[h] = _mm256_add_epi16(plo[h], _mm256_maddubs_epi16(_mm256_and_si256(W, m4), bx0));
+                    phi[h] = _mm256_add_epi16(
+                        phi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), bx1));
                 }
+            }
+            UNROLL for (int h = 0; h < 2; h++) {
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
-                __m256i isum = _mm256_madd_epi16(plo, sc_pair(sc + 16 * (2 * c)));
+                __m256i isum = _mm256_madd_epi16(plo[h], sc_pair(sc + 16 * (2 * c)));
                 __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_madd_epi16(phi, sc_pair(sc + 16 * (2 * c + 1)));
+                ac[h] = accum(ac[h], X.d[b0], f);
+                isum = _mm256_madd_epi16(phi[h], sc_pair(sc + 16 * (2 * c + 1)));
                 imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b1], f);
+                ac[h] = accum(ac[h], X.d[b1], f);
             }
         }
     }
+    acc[0] = ac[0];
+    acc[1] = ac[1];
 }
 
 /* One activation row of Q5_K over a whole group (see k_q4_k_row): each quant word and
@@ -171,6 +182,7 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
+    __m256 ac[2] = {acc[0], acc[1]};
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q5_K;
         UNROLL for (int c = 0; c < 4; c++) {
@@ -178,30 +190,37 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
-            UNROLL for (int h = 0; h < 2; h++) {
-                __m256i plo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, phi[2] = {plo[0], plo[0]};
-                UNROLL for (int t = 0; t < 8; t++) {
+            /* step-major over both halves, as k_q4_k_row; plo/phi[2 * h + t / 4] */
+            __m256i plo[4], phi[4];
+            UNROLL for (int i = 0; i < 4; i++) plo[i] = phi[i] = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m256i bx0 = bcast4(x0 + 4 * t), bx1 = bcast4(x1 + 4 * t);
+                UNROLL for (int h = 0; h < 2; h++) {
                     const __m256i W = ldw(rec + 64 * (8 * c + t) + 32 * h);
                     const __m256i H = ldw(rec + 2368 + 64 * t + 32 * h);
                     const __m256i q0 = _mm256_or_si256(_mm256_and_si256(W, m4), q5_hbit(H, 2 * c));
                     const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(W, 4), m4), q5_hbit(H, 2 * c + 1));
-                    plo[t / 4] = _mm256_add_epi16(plo[t / 4], _mm256_maddubs_epi16(q0, bcast4(x0 + 4 * t)));
-                    phi[t / 4] = _mm256_add_epi16(phi[t / 4], _mm256_maddubs_epi16(q1, bcast4(x1 + 4 * t)));
+                    plo[2 * h + t / 4] = _mm256_add_epi16(plo[2 * h + t / 4], _mm256_maddubs_epi16(q0, bx0));
+                    phi[2 * h + t / 4] = _mm256_add_epi16(phi[2 * h + t / 4], _mm256_maddubs_epi16(q1, bx1));
                 }
+            }
+            UNROLL for (int h = 0; h < 2; h++) {
                 const __m256 d = f16x8(rec + 2048 + 16 * h), dmin = f16x8(rec + 2080 + 16 * h);
                 const uint8_t *sc = rec + 2112 + 8 * h, *mn = rec + 2240 + 8 * h;
                 const __m256i s0 = sc_pair(sc + 16 * (2 * c)), s1 = sc_pair(sc + 16 * (2 * c + 1));
-                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(plo[0], s0), _mm256_madd_epi16(plo[1], s0));
+                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(plo[2 * h], s0), _mm256_madd_epi16(plo[2 * h + 1], s0));
                 __m256i imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c)), xs0);
                 __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b0], f);
-                isum = _mm256_add_epi32(_mm256_madd_epi16(phi[0], s1), _mm256_madd_epi16(phi[1], s1));
+                ac[h] = accum(ac[h], X.d[b0], f);
+                isum = _mm256_add_epi32(_mm256_madd_epi16(phi[2 * h], s1), _mm256_madd_epi16(phi[2 * h + 1], s1));
                 imin = _mm256_madd_epi16(u8x8_epi32(mn + 16 * (2 * c + 1)), xs1);
                 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-                acc[h] = accum(acc[h], X.d[b1], f);
+                ac[h] = accum(ac[h], X.d[b1], f);
             }
         }
     }
+    acc[0] = ac[0];
+    acc[1] = ac[1];
 }
 
 /* One activation row over a whole 16-column group (see k_q4_k_row). The four blocks of
