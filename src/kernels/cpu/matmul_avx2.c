@@ -241,12 +241,6 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                     /* pl/ph: the two 16-element halves of blocks qtr = p (A) and p + 2 (B) */
                     __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
                     const int8_t *xa = X.q + 32 * (u * 8 + 4 * n + p), *xb = xa + 64;
-                    /* Scale pairs (sl, sl), (sh, sh) of A and B: one vpmaddwd widens and scales. */
-                    __m256i sc[2][2];
-                    UNROLL for (int q = 0; q < 2; q++) UNROLL for (int e = 0; e < 2; e++) {
-                        const __m256i v = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * (4 * n + p + 2 * q) + e) + 8 * h);
-                        sc[q][e] = pair16(v, v);
-                    }
                     UNROLL for (int t = 0; t < 8; t += 2) {
                         __m256i sA = _mm256_setzero_si256(), sB = sA;
                         UNROLL for (int e = 0; e < 2; e++) {
@@ -261,11 +255,11 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                             sB = _mm256_add_epi16(sB, _mm256_maddubs_epi16(qB, bcast4(xb + 4 * (t + e))));
                         }
                         if (t < 4) {
-                            plA = _mm256_add_epi32(plA, _mm256_madd_epi16(sA, sc[0][0]));
-                            plB = _mm256_add_epi32(plB, _mm256_madd_epi16(sB, sc[1][0]));
+                            plA = _mm256_add_epi32(plA, madd1(sA));
+                            plB = _mm256_add_epi32(plB, madd1(sB));
                         } else {
-                            phA = _mm256_add_epi32(phA, _mm256_madd_epi16(sA, sc[0][1]));
-                            phB = _mm256_add_epi32(phB, _mm256_madd_epi16(sB, sc[1][1]));
+                            phA = _mm256_add_epi32(phA, madd1(sA));
+                            phB = _mm256_add_epi32(phB, madd1(sB));
                         }
                     }
                     const __m256 d = f16x8(rec + MM_Q6_D + 16 * h);
@@ -273,15 +267,11 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
                         const int ab = 4 * n + p + 2 * q;
                         const int64_t b = u * 8 + ab;
                         const int16_t *xs = X.s + 2 * b;
-                        /* isum = sl * (dot_lo - 32 s0) + sh * (dot_hi - 32 s1), regrouped (exact):
-                         * the correction is one vpmaddwd of (32 sl, 32 sh) by (s0, s1). */
+                        const __m256i pl = _mm256_sub_epi32(q ? plB : plA, _mm256_set1_epi32(32 * xs[0]));
+                        const __m256i ph = _mm256_sub_epi32(q ? phB : phA, _mm256_set1_epi32(32 * xs[1]));
                         const __m256i sl = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab) + 8 * h);
                         const __m256i sh = i8x8_epi32(rec + MM_Q6_SC + 16 * (2 * ab + 1) + 8 * h);
-                        const __m256i xsp =
-                            _mm256_set1_epi32((int32_t)(((uint32_t)(uint16_t)xs[1] << 16) | (uint16_t)xs[0]));
-                        const __m256i corr =
-                            _mm256_madd_epi16(pair16(_mm256_slli_epi32(sl, 5), _mm256_slli_epi32(sh, 5)), xsp);
-                        const __m256i isum = _mm256_sub_epi32(_mm256_add_epi32(q ? plB : plA, q ? phB : phA), corr);
+                        const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(sl, pl), _mm256_mullo_epi32(sh, ph));
                         f[p + 2 * q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
                     }
                 }
