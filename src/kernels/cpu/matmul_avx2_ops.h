@@ -20,27 +20,6 @@ AI __m256 f16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((cons
 AI __m256i ldw(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m256i madd1(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
 
-typedef struct {
-    const int8_t *q;
-    const float *d;
-    const int16_t *s;
-    int64_t k, nb;
-} xrows;
-
-AI xrows rows_at(const mm_args *a, int64_t i0) {
-    xrows r;
-    r.k = a->w->k;
-    r.nb = a->xq.nb;
-    r.q = a->xq.q + i0 * r.k;
-    r.d = a->xq.d + i0 * r.nb;
-    r.s = a->xq.s + i0 * 2 * r.nb;
-    return r;
-}
-
-AI int xsum(const xrows *X, int r, int64_t b) {
-    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
-}
-
 /* acc = fma(dx, f, acc), the scalar reference's fmaf. */
 AI __m256 accum(__m256 acc, float dx, __m256 f) { return _mm256_fmadd_ps(_mm256_set1_ps(dx), f, acc); }
 

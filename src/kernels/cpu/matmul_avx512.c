@@ -31,29 +31,6 @@ AI __m512i bcast4(const int8_t *p) {
 }
 AI __m512i dp(__m512i acc, __m512i w, const int8_t *x) { return _mm512_dpbusd_epi32(acc, w, bcast4(x)); }
 
-/* Row pointers of the R rows starting at i0. */
-typedef struct {
-    const int8_t *q;
-    const float *d;
-    const int16_t *s;
-    int64_t k, nb;
-} xrows;
-
-AI xrows rows_at(const mm_args *a, int64_t i0) {
-    xrows r;
-    r.k = a->w->k;
-    r.nb = a->xq.nb;
-    r.q = a->xq.q + i0 * r.k;
-    r.d = a->xq.d + i0 * r.nb;
-    r.s = a->xq.s + i0 * 2 * r.nb;
-    return r;
-}
-
-/* Block sum of activation row r, block b. */
-AI int xsum(const xrows *X, int r, int64_t b) {
-    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
-}
-
 /* acc = fma(dx, f, acc), the scalar reference's fmaf. */
 AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_set1_ps(dx), f, acc); }
 

@@ -117,6 +117,30 @@ struct mm_args {
     mm_groups_fn run;           /* kt's kernel for the ISA of this call */
 };
 
+/* The quantised activation rows from row i0 on, as the SIMD kernels of every ISA read them:
+ * int8 values, per-block scales d and per-half-block sums s (two int16 per block). */
+typedef struct {
+    const int8_t *q;
+    const float *d;
+    const int16_t *s;
+    int64_t k, nb;
+} xrows;
+
+static inline __attribute__((always_inline)) xrows rows_at(const mm_args *a, int64_t i0) {
+    xrows r;
+    r.k = a->w->k;
+    r.nb = a->xq.nb;
+    r.q = a->xq.q + i0 * r.k;
+    r.d = a->xq.d + i0 * r.nb;
+    r.s = a->xq.s + i0 * 2 * r.nb;
+    return r;
+}
+
+/* Block sum of activation row r, block b. */
+static inline __attribute__((always_inline)) int xsum(const xrows *X, int r, int64_t b) {
+    return X->s[r * 2 * X->nb + 2 * b] + X->s[r * 2 * X->nb + 2 * b + 1];
+}
+
 /* ---- The kernel table: one row per weight type the matmul supports (matmul_traits.c).
  * Every type-dependent choice outside the kernels' own code reads it; cpu_matmul looks
  * the row up once per call, never inside a loop over rows, columns or K. (Inside a
