@@ -68,6 +68,20 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+def add_single_results(results, name, inv, lla, threads_list, ctx=None):
+    """One result row per engine, thread count and test of a single-sequence run (tests
+    named test@ctx for a long-context run)."""
+    for eng, d in (("invar", inv), ("llama.cpp", lla)):
+        for t in threads_list:
+            for test, xs in d[t].items():
+                if xs:
+                    row = {"model": name, "engine": eng, "threads": t, "test": test if ctx is None else f"{test}@{ctx}",
+                           "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)}
+                    if ctx is not None:
+                        row["ctx_tokens"] = ctx
+                    results.append(row)
+
+
 def median(xs):
     return statistics.median(xs) if xs else None
 
@@ -424,12 +438,7 @@ def bench_single(args, invar, name, path, threads_list, exact, results):
             log(line)
     for r in llama.values():
         r.close()
-    for eng, d in (("invar", inv), ("llama.cpp", lla)):
-        for t in threads_list:
-            for test, xs in d[t].items():
-                if xs:
-                    results.append({"model": name, "engine": eng, "threads": t, "test": test,
-                                    "n_seq": 1, "tokens_per_s": xs, "median": median(xs), "best": max(xs)})
+    add_single_results(results, name, inv, lla, threads_list)
 
 
 def kv_bytes_per_position(path, elem_bytes):
@@ -474,13 +483,7 @@ def bench_ctx(args, invar, name, path, threads_list, exact, results):
             log(line)
     for r in llama.values():
         r.close()
-    for eng, d in (("invar", inv), ("llama.cpp", lla)):
-        for t in threads_list:
-            for test, xs in d[t].items():
-                if xs:
-                    results.append({"model": name, "engine": eng, "threads": t, "test": f"{test}@{n}",
-                                    "n_seq": 1, "ctx_tokens": n, "tokens_per_s": xs, "median": median(xs),
-                                    "best": max(xs)})
+    add_single_results(results, name, inv, lla, threads_list, ctx=n)
 
 
 def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):

@@ -87,9 +87,6 @@ int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uin
 
 /* A routed layer's FFN of the T rows of d.xn into d.o (bf16); launches fixed by T alone. */
 int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T);
-/* The routing's work-list tile (rows per entry) for a forward of T tokens, and its rules. */
-int cuda_moe_tile_rows(const cuda_backend *c, int64_t T);
-invar_cuda_moe_cfg cuda_moe_cfg(const model_config *cf);
 /* A deepseek2 layer's attention of the T rows of d.xn into d.attn [T][H v_dim] (before
  * attn_output); writes their latent rows into the cache first. bt_stride: block-table row
  * stride of dev->btab. */

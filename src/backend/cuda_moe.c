@@ -15,11 +15,11 @@
 
 /* Rows per work-list entry: 128-row tiles once experts average more than 64 rows (prefill),
  * else 64. Only the tiling follows T; a row's arithmetic does not. */
-int cuda_moe_tile_rows(const cuda_backend *c, int64_t T) {
+static int tile_rows(const cuda_backend *c, int64_t T) {
     return T * c->k_used > 64 * c->base.m->cfg.n_expert ? 128 : 64;
 }
 
-invar_cuda_moe_cfg cuda_moe_cfg(const model_config *cf) {
+static invar_cuda_moe_cfg moe_cfg(const model_config *cf) {
     return (invar_cuda_moe_cfg){.n_expert = (int)cf->n_expert,
                                 .k = (int)cf->n_expert_used,
                                 .deepseek = cf->arch == ARCH_DEEPSEEK2,
@@ -49,9 +49,9 @@ int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T) {
     const cuda_layer *L = &c->w.layers[il];
     const cuda_bufs *d = &c->d;
     const int64_t D = c->D, k = c->k_used, Fe = c->F_exp, Fs = c->F_sh, E = cf->n_expert, TK = T * k;
-    const int bm = cuda_moe_tile_rows(c, T);
+    const int bm = tile_rows(c, T);
     const int max_entries = invar_cuda_moe_max_entries((int)T, (int)k, (int)E, bm);
-    const invar_cuda_moe_cfg mc = cuda_moe_cfg(cf);
+    const invar_cuda_moe_cfg mc = moe_cfg(cf);
     const invar_cuda_moe_bufs *b = &d->moe;
     if (cuda_gemm(c, ctx, d->xn, L->router, d->rlog, INVAR_CUDA_F32, T, c->E8, D) ||
         invar_cuda_moe_route(ctx, d->rlog, (int)c->E8, L->exp_bias, &mc, d->xn, (int)T, (int)D, bm, b, d->xg))

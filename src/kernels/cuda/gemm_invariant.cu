@@ -544,7 +544,6 @@ static int gemm_grouped_kc(invar_cuda_ctx *ctx, const uint16_t *a, const uint16_
     p.N = N;
     p.K = K;
     p.tiles_n = (N + GEMM_BN - 1) / GEMM_BN;
-    p.tiles_m = max_entries;
     p.n_chunks = (K + kc - 1) / kc;
     p.kc_tiles = kc / GEMM_BK;
     p.k_tiles = (K + GEMM_BK - 1) / GEMM_BK;
