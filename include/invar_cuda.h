@@ -256,28 +256,36 @@ int invar_cuda_mla_latent(invar_cuda_ctx *ctx, const float *a, int lda, int q_lo
                           uint16_t *qa_out, int kv_off, int R, int rope, const float *kv_a_norm, float eps,
                           const float *rope_cs, const int32_t *pos, int neox, uint16_t *cache, const int32_t *slot,
                           int T);
-/* qlat [T][H][R + rope] fp32: per head, sum over n < nope of q[t][h][n] uk[h][n][:] (uk bf16
- * [H][nope][R]: W_UK, k-major), then q[t][h][nope..] rotated by pos[t]. q fp32, row stride
- * ldq, heads of nope + rope. nope <= 512. */
-int invar_cuda_mla_query(invar_cuda_ctx *ctx, const float *q, int ldq, const uint16_t *uk, int H, int nope, int R,
-                         int rope, const float *rope_cs, const int32_t *pos, int neox, float *qlat, int T);
-/* olat [T][H][R] fp32: each (token, head) attends causally to positions 0..pos[t] of its
+/* The absorbed query and the output projection are grouped invariant GEMMs over the heads
+ * (invar_cuda_gemm_grouped, E = H) on head-major rows: row h T + t is token t's head h.
+ * query_prep: qn [H][T][nope] bf16 = q[t][h][0..nope), qpe [H][T][rope] bf16 = q[t][h][nope..]
+ * rotated by pos[t]; q fp32, row stride ldq, heads of nope + rope. Then q_c = qn . W_UK^T per
+ * head (W_UK [H][R][nope] bf16) as [H][T][R] bf16.
+ * heads_plan: the grouped GEMMs' work list for H heads of T rows, bm rows an entry, at most
+ * invar_cuda_mla_heads_max_entries entries. */
+int invar_cuda_mla_query_prep(invar_cuda_ctx *ctx, const float *q, int ldq, int H, int nope, int rope,
+                              const float *rope_cs, const int32_t *pos, int neox, uint16_t *qn, uint16_t *qpe, int T);
+int invar_cuda_mla_heads_max_entries(int H, int T, int bm);
+int invar_cuda_mla_heads_plan(invar_cuda_ctx *ctx, int H, int T, int bm, int32_t *entries, int32_t *n_entries);
+/* olat [H][T][R] bf16: each (token, head) attends causally to positions 0..pos[t] of its
  * sequence (block table row tok_seq[t] of block_table, stride bt_stride), scores
- * scale * qlat . [c_kv, k_pe], values c_kv (tensor cores: q and the softmax weights in bf16,
- * fp32 accumulation); the keys in blocks of 64 and splits of `split` (a multiple of 64)
- * positions from absolute 0 merged in order: INVAR_CUDA_KV_SPLIT, or a negative control's
- * other value. R <= 512, R + rope <= 576 and a multiple of 8. */
-int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
-                             const int32_t *tok_seq, const int32_t *block_table, int bt_stride, float *olat, int T,
-                             int H, int R, int rope, float scale, int split);
+ * scale * [q_c, q_pe] . [c_kv, k_pe] (qc [H][T][R], qpe [H][T][rope], bf16), values c_kv
+ * (tensor cores, fp32 accumulation, the softmax weights in bf16); the keys in blocks of 64 and
+ * splits of `split` (a multiple of 64) positions from absolute 0 merged in order:
+ * INVAR_CUDA_KV_SPLIT, or a negative control's other value. R <= 512, R and rope multiples
+ * of 8, R + rope <= 576; pointers 16-byte aligned. */
+int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
+                             const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
+                             uint16_t *olat, int T, int H, int R, int rope, float scale, int split);
 /* The same with the block-table stride read from device memory (*bt_stride_dev, e.g. a
  * graph's staging buffer), so a captured launch serves every step's stride. */
-int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
-                                 const int32_t *tok_seq, const int32_t *block_table, const int32_t *bt_stride_dev,
-                                 float *olat, int T, int H, int R, int rope, float scale, int split);
-/* out [T][H][vd] bf16 = per head olat[t][h] . uv[h] (uv bf16 [H][R][vd]: W_UV, k-major). */
-int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, const uint16_t *uv, int H, int R, int vd,
-                          uint16_t *out, int T);
+int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
+                                 const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
+                                 const int32_t *bt_stride_dev, uint16_t *olat, int T, int H, int R, int rope,
+                                 float scale, int split);
+/* After the output GEMM (olat . W_UV^T per head, W_UV [H][vd][R] bf16, into [H][T][vd]):
+ * out [T][H vd] bf16, token t's heads side by side. vd % 8 == 0. */
+int invar_cuda_mla_heads_to_tokens(invar_cuda_ctx *ctx, const uint16_t *in, int H, int T, int vd, uint16_t *out);
 
 #ifdef __cplusplus
 }

@@ -52,9 +52,10 @@ static int cuda_error(backend *b, const char *what) {
 static void free_bufs(cuda_bufs *d) {
     void *ps[] = {d->x,      d->xn,     d->q,      d->attn,  d->o,     d->gu,      d->h,     d->hid,
                   d->qkv,    d->logits, d->tok_in, d->stats, d->srows, d->sparams, d->souts, d->swork,
-                  d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->mq,    d->qlat,
-                  d->olat,   d->qa,     d->moe.sel, d->moe.rel, d->moe.slot, d->moe.count, d->moe.start,
-                  d->moe.entries, d->moe.n_entries, d->moe.wts, d->moe.seen};
+                  d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->mq,    d->qn,
+                  d->qc,     d->qpe,    d->olat,   d->ov,    d->qa,    d->moe.sel, d->moe.rel, d->moe.slot,
+                  d->moe.count, d->moe.start, d->moe.entries, d->moe.n_entries, d->moe.wts, d->moe.seen,
+                  d->mla_entries, d->mla_n_entries};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
@@ -177,6 +178,15 @@ int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uin
         return invar_cuda_gemm_experiment_kc(ctx, a, w, out, t, (int)M, (int)N, (int)K, M % 2 ? 1024 : 256);
     default: return invar_cuda_gemm(ctx, a, w, out, t, (int)M, (int)N, (int)K);
     }
+}
+
+int cuda_gemm_grouped(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
+                      invar_cuda_dtype t, int64_t T, int rows, int64_t N, int64_t K, int E, const int32_t *entries,
+                      const int32_t *n_entries, int max_entries, int bm) {
+    if (c->gemm_mode == BACKEND_GEMM_SPLIT_BY_M)
+        return invar_cuda_gemm_grouped_experiment_kc(ctx, a, w, out, t, rows, (int)N, (int)K, E, entries, n_entries,
+                                                     max_entries, bm, T % 2 ? 1024 : 256);
+    return invar_cuda_gemm_grouped(ctx, a, w, out, t, rows, (int)N, (int)K, E, entries, n_entries, max_entries, bm);
 }
 
 int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode) {
@@ -575,7 +585,7 @@ static int alloc_all(cuda_backend *c) {
     const model_config *cf = &c->base.m->cfg;
     const size_t T = (size_t)c->base.opts.max_tokens, L = (size_t)c->base.opts.max_logits;
     cuda_bufs *d = &c->d;
-    const size_t TK = T * (size_t)c->k_used, H = (size_t)cf->n_head, Dk = (size_t)(c->mla_R + c->mla_rope);
+    const size_t TK = T * (size_t)c->k_used, H = (size_t)cf->n_head;
     const size_t moe = c->k_used ? 1 : 0, mla = c->mla_R ? 1 : 0, E = (size_t)cf->n_expert;
     const size_t entries = moe ? (size_t)invar_cuda_moe_max_entries((int)T, (int)c->k_used, (int)E, 64) : 0;
     struct { void **p; size_t bytes; } a[] = {
@@ -596,8 +606,13 @@ static int alloc_all(cuda_backend *c) {
         {(void **)&d->moe.seen, moe * 8 * E},
         {(void **)&d->mq, mla * (c->mla_ql ? 4 : 0) * T * H * (size_t)(c->mla_nope + c->mla_rope)},
         {(void **)&d->qa, mla * 2 * T * (size_t)c->mla_ql},
-        {(void **)&d->qlat, mla * 4 * T * H * Dk},
-        {(void **)&d->olat, mla * 4 * T * H * (size_t)c->mla_R},
+        {(void **)&d->qn, mla * 2 * T * H * (size_t)c->mla_nope},
+        {(void **)&d->qc, mla * 2 * T * H * (size_t)c->mla_R},
+        {(void **)&d->qpe, mla * 2 * T * H * (size_t)c->mla_rope},
+        {(void **)&d->olat, mla * 2 * T * H * (size_t)c->mla_R},
+        {(void **)&d->ov, mla * 2 * T * H * (size_t)c->mla_vd},
+        {(void **)&d->mla_entries, mla * 16 * (size_t)invar_cuda_mla_heads_max_entries((int)H, (int)T, 64)},
+        {(void **)&d->mla_n_entries, mla * 4},
         {(void **)&d->qkv, 4 * T * (size_t)c->wqkv}, {(void **)&d->logits, 4 * L * (size_t)c->vocab_pad},
         {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L},
         {(void **)&d->srows, 4 * L},                  {(void **)&d->sparams, sizeof *d->sparams * L},

@@ -24,10 +24,12 @@ typedef struct {
     float *rlog, *ey, *sy;
     uint16_t *xg, *egu, *eh;
     invar_cuda_moe_bufs moe;
-    /* MLA: q from wq_b fp32 [T][H qk] (q_lora), q_a normed bf16 [T][q_lora], the absorbed
-     * queries fp32 [T][H][R + rope], the latent outputs fp32 [T][H][R] */
-    float *mq, *qlat, *olat;
-    uint16_t *qa;
+    /* MLA: q from wq_b fp32 [T][H qk] (q_lora), q_a normed bf16 [T][q_lora]; head-major bf16
+     * rows (h T + t): q_nope [H T][nope], absorbed q_c [H T][R], rotated q_pe [H T][rope],
+     * latent outputs [H T][R], after W_UV [H T][v_dim]; the per-head GEMMs' work list */
+    float *mq;
+    uint16_t *qa, *qn, *qc, *qpe, *olat, *ov;
+    int32_t *mla_entries, *mla_n_entries;
 } cuda_bufs;
 
 typedef struct {
@@ -84,6 +86,11 @@ int cuda_run(cuda_backend *c, invar_cuda_ctx *ctx, struct backend_kv *kv, const 
 int cuda_fail(backend *b, const char *what);
 int cuda_gemm(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
               invar_cuda_dtype t, int64_t M, int64_t N, int64_t K);
+/* invar_cuda_gemm_grouped (experts, or MLA's heads) for a forward of T tokens; under the
+ * SPLIT_BY_M negative control its K chunk follows T as cuda_gemm's does. */
+int cuda_gemm_grouped(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
+                      invar_cuda_dtype t, int64_t T, int rows, int64_t N, int64_t K, int E, const int32_t *entries,
+                      const int32_t *n_entries, int max_entries, int bm);
 
 /* A routed layer's FFN of the T rows of d.xn into d.o (bf16); launches fixed by T alone. */
 int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T);

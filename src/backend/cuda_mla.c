@@ -4,10 +4,14 @@
  *   latent                        c_kv normed, k_pe rope'd, both into the cache row of the
  *                                 token's position; q_a normed (q_lora > 0)
  *   q                             q_a -> q (q_lora > 0: the invariant GEMM)
- *   absorb                        per head q_lat = W_UK^T q_nope, q_pe rope'd after it
+ *   absorb                        q_nope head-major (row h T + t), q_c = W_UK q_nope per head as one
+ *                                 grouped invariant GEMM over the heads; q_pe rope'd
  *   attention                     latent rows 0..pos on tensor cores, splits at fixed absolute positions
  *                                 (graphs: the block-table stride from the staging buffer)
- *   output                        per head W_UV o_lat, heads side by side for attn_output */
+ *   output                        W_UV o_lat per head (the grouped GEMM), heads side by side for
+ *                                 attn_output
+ * A head's GEMM rows carry invar_cuda_gemm's bits for that row whatever T is, so no value
+ * depends on the other tokens of the forward. */
 #ifdef INVAR_HAVE_CUDA
 #include "backend/cuda_backend.h"
 
@@ -31,18 +35,27 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
         q = d->mq;
         ldq = H * qk;
     }
+    /* The per-head work list depends on T alone: made once per forward (every deepseek2 layer
+     * is MLA, so layer 0 makes it). */
+    const int bm = T >= 256 ? 128 : 64, max_entries = invar_cuda_mla_heads_max_entries((int)H, (int)T, bm);
+    if (il == 0 && invar_cuda_mla_heads_plan(ctx, (int)H, (int)T, bm, d->mla_entries, d->mla_n_entries)) return -1;
     /* The negative control moves the split boundaries with the forward's token count. */
     const int split = c->mla_split_by_batch ? 64 * (1 + (int)(T % 3)) : INVAR_CUDA_KV_SPLIT; /* multiples of 64 */
-    if (invar_cuda_mla_query(ctx, q, (int)ldq, L->mla_uk, (int)H, (int)nope, (int)R, (int)rope, c->w.rope_cs,
-                             dev->pos, cf->rope_neox, d->qlat, (int)T) ||
+    const int rows = (int)(H * T);
+    if (invar_cuda_mla_query_prep(ctx, q, (int)ldq, (int)H, (int)nope, (int)rope, c->w.rope_cs, dev->pos,
+                                  cf->rope_neox, d->qn, d->qpe, (int)T) ||
+        cuda_gemm_grouped(c, ctx, d->qn, L->mla_uk, d->qc, INVAR_CUDA_BF16, T, rows, R, nope, (int)H, d->mla_entries,
+                          d->mla_n_entries, max_entries, bm) ||
         /* A graph's launch reads the block-table stride from its staging buffer (counts[1]). */
-        (attn->counts ? invar_cuda_mla_attention_dev(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab,
+        (attn->counts ? invar_cuda_mla_attention_dev(ctx, d->qc, d->qpe, cache, dev->pos, dev->tok_seq, dev->btab,
                                                      attn->counts + 1, d->olat, (int)T, (int)H, (int)R, (int)rope,
                                                      cf->attn_scale, split)
-                      : invar_cuda_mla_attention(ctx, d->qlat, cache, dev->pos, dev->tok_seq, dev->btab,
+                      : invar_cuda_mla_attention(ctx, d->qc, d->qpe, cache, dev->pos, dev->tok_seq, dev->btab,
                                                  attn->max_pages, d->olat, (int)T, (int)H, (int)R, (int)rope,
                                                  cf->attn_scale, split)) ||
-        invar_cuda_mla_output(ctx, d->olat, L->mla_uv, (int)H, (int)R, (int)c->mla_vd, d->attn, (int)T))
+        cuda_gemm_grouped(c, ctx, d->olat, L->mla_uv, d->ov, INVAR_CUDA_BF16, T, rows, c->mla_vd, R, (int)H,
+                          d->mla_entries, d->mla_n_entries, max_entries, bm) ||
+        invar_cuda_mla_heads_to_tokens(ctx, d->ov, (int)H, (int)T, (int)c->mla_vd, d->attn))
         return -1;
     return 0;
 }

@@ -31,17 +31,12 @@ static invar_cuda_moe_cfg moe_cfg(const model_config *cf) {
                                 .scale = cf->expert_weights_scale};
 }
 
-/* One grouped expert GEMM; under the SPLIT_BY_M negative control its K chunk follows the
- * forward's token count as cuda_gemm's does. */
+/* One grouped expert GEMM over the T k routed rows. */
 static int grouped(cuda_backend *c, invar_cuda_ctx *ctx, const uint16_t *a, const uint16_t *w, void *out,
                    invar_cuda_dtype t, int64_t T, int64_t N, int64_t K, int max_entries, int bm) {
     const invar_cuda_moe_bufs *b = &c->d.moe;
-    const int rows = (int)(T * c->k_used), E = (int)c->base.m->cfg.n_expert;
-    if (c->gemm_mode == BACKEND_GEMM_SPLIT_BY_M)
-        return invar_cuda_gemm_grouped_experiment_kc(ctx, a, w, out, t, rows, (int)N, (int)K, E, b->entries,
-                                                     b->n_entries, max_entries, bm, T % 2 ? 1024 : 256);
-    return invar_cuda_gemm_grouped(ctx, a, w, out, t, rows, (int)N, (int)K, E, b->entries, b->n_entries, max_entries,
-                                   bm);
+    return cuda_gemm_grouped(c, ctx, a, w, out, t, T, (int)(T * c->k_used), N, K, (int)c->base.m->cfg.n_expert,
+                             b->entries, b->n_entries, max_entries, bm);
 }
 
 int cuda_moe_ffn(cuda_backend *c, invar_cuda_ctx *ctx, int64_t il, int64_t T) {

@@ -98,25 +98,17 @@ static int upload_experts(threadpool *tp, const layer_weights *L, int64_t E, int
     return 0;
 }
 
-/* Per head h, w[h] ([n][k]) transposed to [k][n]: out [H][k][n], so that a thread per output
- * column reads its weights coalesced (the MLA projections' kernels). */
-static int upload_heads_kmajor(const cpu_weight *w, int64_t H, uint16_t **out, uint16_t *staging, char *err,
-                               size_t errlen) {
-    const int64_t n = w[0].n, k = w[0].k;
-    const size_t per = (size_t)n * (size_t)k;
-    float *row = malloc(sizeof(float) * (size_t)k);
-    if (!row) return snprintf(err, errlen, "out of host memory"), -1;
-    int rc = dev_alloc((void **)out, sizeof(uint16_t) * per * (size_t)H, err, errlen);
-    for (int64_t h = 0; rc == 0 && h < H; h++) {
-        for (int64_t r = 0; r < n; r++) {
-            dequant_row(w[h].type, (const uint8_t *)w[h].data + (size_t)r * w[h].row_bytes, row, k);
-            for (int64_t c = 0; c < k; c++) staging[(size_t)c * (size_t)n + (size_t)r] = f32_to_bf16(row[c]);
-        }
-        if (cudaMemcpy(*out + (size_t)h * per, staging, sizeof(uint16_t) * per, cudaMemcpyHostToDevice) != cudaSuccess)
-            rc = (snprintf(err, errlen, "cuda: weight upload failed"), -1);
+/* Per head h, w[h] ([n][k]) stacked: out [H][n][k], the grouped GEMM's [E][N][K] (the MLA
+ * projections W_UK and W_UV, one head at a time through the staging buffer). */
+static int upload_heads(threadpool *tp, const cpu_weight *w, int64_t H, uint16_t **out, uint16_t *staging, char *err,
+                        size_t errlen) {
+    const size_t per = (size_t)w[0].n * (size_t)w[0].k;
+    if (dev_alloc((void **)out, sizeof(uint16_t) * per * (size_t)H, err, errlen)) return -1;
+    for (int64_t h = 0; h < H; h++) {
+        const cpu_weight *one[] = {&w[h]};
+        if (upload_into(tp, one, 1, 0, *out + (size_t)h * per, staging, err, errlen)) return -1;
     }
-    free(row);
-    return rc;
+    return 0;
 }
 
 static int upload_f32(const float *v, size_t n, float **out, char *err, size_t errlen) {
@@ -232,8 +224,8 @@ static int upload_mla(threadpool *tp, const model *m, const layer_weights *L, cu
     const cpu_weight *a[] = {c->mla.q_lora ? &L->wq_a : &L->wq, &L->wkv_a}, *qb[] = {&L->wq_b};
     if (upload_stack(tp, a, 2, 0, &d->mla_a, staging, err, errlen) ||
         (c->mla.q_lora && upload_stack(tp, qb, 1, 0, &d->mla_qb, staging, err, errlen)) ||
-        upload_heads_kmajor(L->k_b, c->n_head, &d->mla_uk, staging, err, errlen) ||
-        upload_heads_kmajor(L->v_b, c->n_head, &d->mla_uv, staging, err, errlen) ||
+        upload_heads(tp, L->k_b, c->n_head, &d->mla_uk, staging, err, errlen) ||
+        upload_heads(tp, L->v_b, c->n_head, &d->mla_uv, staging, err, errlen) ||
         (c->mla.q_lora && upload_f32(L->q_a_norm, (size_t)c->mla.q_lora, &d->q_a_norm, err, errlen)) ||
         upload_f32(L->kv_a_norm, (size_t)c->mla.kv_lora, &d->kv_a_norm, err, errlen))
         return -1;

@@ -23,8 +23,8 @@ typedef struct {
     /* MLA (deepseek2; wqkv is then NULL): */
     uint16_t *mla_a;            /* [Nq + kv_lora + rope][n_embd]: wq (q_lora 0) or wq_a, then wkv_a */
     uint16_t *mla_qb;           /* [n_head (qk_nope + rope)][q_lora], or NULL */
-    uint16_t *mla_uk;           /* [n_head][qk_nope][kv_lora]: W_UK, k-major */
-    uint16_t *mla_uv;           /* [n_head][kv_lora][v_dim]: W_UV, k-major */
+    uint16_t *mla_uk;           /* [n_head][kv_lora][qk_nope]: W_UK per head, [N][K] */
+    uint16_t *mla_uv;           /* [n_head][v_dim][kv_lora]: W_UV per head, [N][K] */
     float *q_a_norm, *kv_a_norm;
 } cuda_layer;
 

@@ -2,12 +2,15 @@
  * (prefill, chunked prefill, decode): the cache holds per position one latent row
  * [c_kv (R), k_pe (rope)] in bf16; a query head is absorbed into that space
  * (q_lat = W_UK^T q_nope, then its rope'd q_pe), scores against the latent rows, sums c_kv,
- * and goes back through W_UV. CUDA cores in fp32; every value is one fixed chain of
- * operations of its own token (and, for attention, of its own sequence's cache):
+ * and goes back through W_UV. The row kernels here run in fp32; every value is one fixed
+ * chain of operations of its own token (and, for attention, of its own sequence's cache):
  *   latent    one CTA per token; each norm a warp: lane-sequential sums, a fixed xor tree,
  *             lane 0's result;
- *   query /   one CTA per (token, head); an output element is a sequential fused
- *   output    multiply-add chain over its input dims;
+ *   query     one CTA per token: q_nope of every head to bf16, head-major, for the
+ *             absorption (a grouped invariant GEMM over the heads, W_UK per head), and the
+ *             rotated q_pe;
+ *   output    the attention's head-major outputs go through W_UV per head (the grouped
+ *             GEMM again) and back to token-major rows here.
  * The attention over the latent rows runs on tensor cores (mla_attention.cu). Nothing
  * depends on the other tokens in the launch, on how many there are, or on whether a
  * token's own sequence was prefilled in one step or decoded position by position. */
@@ -17,9 +20,7 @@
 
 #define MLA_THREADS 256
 #define MLA_MAX_DK 576  /* R + rope */
-#define MLA_MAX_IN 512  /* query / output projections' input dims */
 
-static __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 static __device__ __forceinline__ uint16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 /* Sum of squares of x[0..n) by one warp; every lane gets lane 0's result. */
@@ -92,71 +93,87 @@ extern "C" int invar_cuda_mla_latent(invar_cuda_ctx *ctx, const float *a, int ld
     return invar_cuda_check(ctx, cudaGetLastError(), "mla_latent launch");
 }
 
-/* ---- per (token, head): the absorbed query [W_UK^T q_nope, rope(q_pe)] ---- */
+/* ---- per token: the query heads head-major for the absorption's grouped GEMM ---- */
+/* qn[h T + t] = q_nope of (t, h) and qpe[h T + t] = its rotated q_pe, both rounded to bf16 once
+ * (the GEMM and the attention's tensor cores take bf16). */
 __global__ void __launch_bounds__(MLA_THREADS)
-mla_query_kernel(const float *__restrict__ q, int ldq, const uint16_t *__restrict__ uk, int H, int nope, int R,
-                 int rope, const float *__restrict__ rope_cs, const int32_t *__restrict__ pos, int neox,
-                 float *__restrict__ qlat)
+mla_query_prep_kernel(const float *__restrict__ q, int ldq, int H, int nope, int rope,
+                      const float *__restrict__ rope_cs, const int32_t *__restrict__ pos, int neox,
+                      uint16_t *__restrict__ qn, uint16_t *__restrict__ qpe, int T)
 {
-    __shared__ float xs[MLA_MAX_IN];
-    const int t = blockIdx.x, h = blockIdx.y, Dk = R + rope;
-    const float *qh = q + (size_t)t * ldq + (size_t)h * (nope + rope);
-    for (int k = threadIdx.x; k < nope; k += blockDim.x) xs[k] = qh[k];
-    __syncthreads();
-    float *dst = qlat + ((size_t)t * H + h) * Dk;
-    const uint16_t *w = uk + (size_t)h * nope * R;
-    for (int n = threadIdx.x; n < R; n += blockDim.x) {
-        float acc = 0.0f;
-        for (int k = 0; k < nope; k++) acc = __fmaf_rn(xs[k], bf(w[(size_t)k * R + n]), acc);
-        dst[n] = acc;
+    const int t = blockIdx.x, half = rope / 2;
+    const float *row = q + (size_t)t * ldq;
+    for (int i = threadIdx.x; i < H * nope; i += blockDim.x) {
+        const int h = i / nope, k = i % nope;
+        qn[((size_t)h * T + t) * nope + k] = to_bf(row[(size_t)h * (nope + rope) + k]);
     }
     const float *cs = rope_cs + (size_t)pos[t] * rope;
-    for (int i = threadIdx.x; i < rope / 2; i += blockDim.x) {
+    for (int i = threadIdx.x; i < H * half; i += blockDim.x) {
+        const int h = i / half, j = i % half;
         float y0, y1;
         int ia, ib;
-        rope_pair(qh + nope, cs, i, rope, neox, &y0, &y1, &ia, &ib);
-        dst[R + ia] = y0;
-        dst[R + ib] = y1;
+        rope_pair(row + (size_t)h * (nope + rope) + nope, cs, j, rope, neox, &y0, &y1, &ia, &ib);
+        uint16_t *dst = qpe + ((size_t)h * T + t) * rope;
+        dst[ia] = to_bf(y0);
+        dst[ib] = to_bf(y1);
     }
 }
 
-extern "C" int invar_cuda_mla_query(invar_cuda_ctx *ctx, const float *q, int ldq, const uint16_t *uk, int H, int nope,
-                                    int R, int rope, const float *rope_cs, const int32_t *pos, int neox, float *qlat,
-                                    int T)
+extern "C" int invar_cuda_mla_query_prep(invar_cuda_ctx *ctx, const float *q, int ldq, int H, int nope, int rope,
+                                         const float *rope_cs, const int32_t *pos, int neox, uint16_t *qn,
+                                         uint16_t *qpe, int T)
 {
-    if (T < 0 || H <= 0 || nope <= 0 || nope > MLA_MAX_IN || R <= 0 || rope < 0 || rope % 2 ||
-        R + rope > MLA_MAX_DK || ldq < H * (nope + rope) || H > 65535)
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_query: bad shape (nope %d, R %d)", nope, R);
+    if (T < 0 || H <= 0 || nope <= 0 || rope < 0 || rope % 2 || ldq < H * (nope + rope))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_query_prep: bad shape (H %d, nope %d, rope %d)", H, nope,
+                               rope);
     if (T == 0) return 0;
-    mla_query_kernel<<<dim3(T, H), MLA_THREADS, 0, ctx->stream>>>(q, ldq, uk, H, nope, R, rope, rope_cs, pos, neox,
-                                                                   qlat);
-    return invar_cuda_check(ctx, cudaGetLastError(), "mla_query launch");
+    mla_query_prep_kernel<<<T, MLA_THREADS, 0, ctx->stream>>>(q, ldq, H, nope, rope, rope_cs, pos, neox, qn, qpe, T);
+    return invar_cuda_check(ctx, cudaGetLastError(), "mla_query_prep launch");
 }
 
-/* ---- per (token, head): out = W_UV o_lat, bf16, heads side by side ---- */
+/* ---- the per-head GEMMs' work list: head h's rows [h T, (h + 1) T) in bm-row entries ---- */
+__global__ void mla_heads_plan_kernel(int H, int T, int bm, int4 *__restrict__ entries, int *__restrict__ n_entries)
+{
+    const int per = (T + bm - 1) / bm, n = H * per;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int h = i / per, r0 = h * T + (i % per) * bm, end = (h + 1) * T;
+        entries[i] = make_int4(r0, r0 + bm < end ? r0 + bm : end, h, 0);
+    }
+    if (threadIdx.x == 0) *n_entries = n;
+}
+
+extern "C" int invar_cuda_mla_heads_max_entries(int H, int T, int bm)
+{
+    return H <= 0 || T <= 0 || bm <= 0 ? 1 : H * ((T + bm - 1) / bm);
+}
+
+extern "C" int invar_cuda_mla_heads_plan(invar_cuda_ctx *ctx, int H, int T, int bm, int32_t *entries,
+                                         int32_t *n_entries)
+{
+    if (H <= 0 || T < 0 || bm <= 0 || (long)H * T > INT32_MAX || ((uintptr_t)entries & 15))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_heads_plan: bad shape (H %d, T %d, bm %d)", H, T, bm);
+    if (T == 0) return 0;
+    mla_heads_plan_kernel<<<1, 256, 0, ctx->stream>>>(H, T, bm, (int4 *)entries, n_entries);
+    return invar_cuda_check(ctx, cudaGetLastError(), "mla_heads_plan launch");
+}
+
+/* ---- head-major [H][T][vd] rows back to token-major [T][H vd] for attn_output ---- */
 __global__ void __launch_bounds__(MLA_THREADS)
-mla_output_kernel(const float *__restrict__ olat, const uint16_t *__restrict__ uv, int H, int R, int vd,
-                  uint16_t *__restrict__ out)
+mla_heads_to_tokens_kernel(const uint4 *__restrict__ in, int H, int T, int vch, uint4 *__restrict__ out)
 {
-    __shared__ float xs[MLA_MAX_IN];
-    const int t = blockIdx.x, h = blockIdx.y;
-    const float *x = olat + ((size_t)t * H + h) * R;
-    for (int k = threadIdx.x; k < R; k += blockDim.x) xs[k] = x[k];
-    __syncthreads();
-    const uint16_t *w = uv + (size_t)h * R * vd;
-    for (int n = threadIdx.x; n < vd; n += blockDim.x) {
-        float acc = 0.0f;
-        for (int k = 0; k < R; k++) acc = __fmaf_rn(xs[k], bf(w[(size_t)k * vd + n]), acc);
-        out[((size_t)t * H + h) * vd + n] = to_bf(acc);
+    const int t = blockIdx.x;
+    for (int i = threadIdx.x; i < H * vch; i += blockDim.x) {
+        const int h = i / vch, c = i % vch;
+        out[(size_t)t * H * vch + i] = in[((size_t)h * T + t) * vch + c];
     }
 }
 
-extern "C" int invar_cuda_mla_output(invar_cuda_ctx *ctx, const float *olat, const uint16_t *uv, int H, int R, int vd,
-                                     uint16_t *out, int T)
+extern "C" int invar_cuda_mla_heads_to_tokens(invar_cuda_ctx *ctx, const uint16_t *in, int H, int T, int vd,
+                                              uint16_t *out)
 {
-    if (T < 0 || H <= 0 || R <= 0 || R > MLA_MAX_IN || vd <= 0 || H > 65535)
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_output: bad shape (R %d, v_dim %d)", R, vd);
+    if (T < 0 || H <= 0 || vd <= 0 || vd % 8 || (((uintptr_t)in | (uintptr_t)out) & 15))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_heads_to_tokens: bad shape (H %d, v_dim %d)", H, vd);
     if (T == 0) return 0;
-    mla_output_kernel<<<dim3(T, H), MLA_THREADS, 0, ctx->stream>>>(olat, uv, H, R, vd, out);
-    return invar_cuda_check(ctx, cudaGetLastError(), "mla_output launch");
+    mla_heads_to_tokens_kernel<<<T, MLA_THREADS, 0, ctx->stream>>>((const uint4 *)in, H, T, vd / 8, (uint4 *)out);
+    return invar_cuda_check(ctx, cudaGetLastError(), "mla_heads_to_tokens launch");
 }

@@ -8,7 +8,7 @@
  * each start a fresh softmax state and are merged into the running one in position order.
  * Per block:
  *   S = Q K^T   warp w the block's keys 16w..16w+15, the Dk dims in one fixed k16 order
- *               (Q rounded to bf16 once);
+ *               (Q arrives in bf16, head-major);
  *   softmax     8 threads per head row: the block max (exact in any order), exp, the row's
  *               sum as each thread's 8 values in key order then a fixed xor tree; P rounded
  *               to bf16;
@@ -60,10 +60,12 @@ static __device__ __forceinline__ void mla_load_block(uint32_t dst, const uint16
 /* NT: value n8-tiles per warp (R padded to 32 NT), even. */
 template <int NT>
 __global__ void __launch_bounds__(MLA_TC_THREADS, 1)
-mla_attention_tc_kernel(const float *__restrict__ qlat, const uint16_t *__restrict__ cache,
+mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restrict__ qpe,
+                        const uint16_t *__restrict__ cache,
                         const int32_t *__restrict__ pos_of, const int32_t *__restrict__ tok_seq,
                         const int32_t *__restrict__ btab, int bt_stride, const int32_t *__restrict__ bt_stride_dev,
-                        float *__restrict__ olat, int H, int R, int rope, float scale, int split, int nch)
+                        uint16_t *__restrict__ olat, int T, int H, int R, int rope, float scale, int split,
+                        int nch)
 {
     extern __shared__ __align__(128) uint8_t smem[];
     if (bt_stride_dev) bt_stride = *bt_stride_dev;
@@ -79,17 +81,17 @@ mla_attention_tc_kernel(const float *__restrict__ qlat, const uint16_t *__restri
     const int nblk = pos / MLA_KB + 1, sblk = split / MLA_KB;
     mla_load_block(k_s, cache, bt, 0, pos, Dk, nch, tid);
     cp_async_commit();
-    /* Q rounded to bf16, zero past Dk and past the group's heads */
+    /* Q (bf16, head-major rows h T + t: [c part | rotated q_pe]), zero past Dk and past the
+     * group's heads */
+    const int rch = R / 8, dch = Dk / 8;
     for (int i = tid; i < MLA_ROWS * nch; i += MLA_TC_THREADS) {
         const int r = i / nch, ch = i % nch;
-        float v[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int d = 8 * ch + e;
-            v[e] = r < hg && d < Dk ? qlat[((size_t)t * H + h0 + r) * Dk + d] : 0.0f;
-        }
-        st_shared16(q_s + mla_sw(r, ch, nch), make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]),
-                                                          pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7])));
+        const size_t qrow = (size_t)(h0 + r) * T + t;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r < hg && ch < dch)
+            v = ch < rch ? *(const uint4 *)(qc + qrow * R + 8 * ch)
+                         : *(const uint4 *)(qpe + qrow * rope + 8 * (ch - rch));
+        st_shared16(q_s + mla_sw(r, ch, nch), v);
     }
     /* softmax thread: row sr, columns 8 sq .. 8 sq + 7 of the block */
     const int sr = tid >> 3, sq = tid & 7;
@@ -219,7 +221,8 @@ mla_attention_tc_kernel(const float *__restrict__ qlat, const uint16_t *__restri
         for (int e = 0; e < 4; e++) {
             const int row = r0 + 8 * (e >> 1), d = warp * 8 * NT + 8 * n + c0 + (e & 1);
             if (row < hg && d < R)
-                olat[((size_t)t * H + h0 + row) * R + d] = __fdiv_rn(O[n][e], (e >> 1) ? il1 : il0);
+                olat[((size_t)(h0 + row) * T + t) * R + d] =
+                    __bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(O[n][e], (e >> 1) ? il1 : il0)));
         }
 }
 
@@ -232,16 +235,16 @@ static int mla_value_tiles(int R)
     return nt;
 }
 
-static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache, const int32_t *pos,
-                         const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
-                         const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope, float scale,
+static int mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
+                         const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
+                         const int32_t *bt_stride_dev, uint16_t *olat, int T, int H, int R, int rope, float scale,
                          int split)
 {
     const int nt = mla_value_tiles(R), Dk = R + rope;
     int dkp = (Dk + 63) / 64 * 64;
     if (dkp < 32 * nt) dkp = 32 * nt; /* the value tiles read the first 32 nt dims */
-    if (T < 0 || H <= 0 || R <= 0 || R > 512 || rope < 0 || Dk % 8 || dkp > MLA_MAX_DKP || split <= 0 ||
-        split % MLA_KB || (H + MLA_ROWS - 1) / MLA_ROWS > 65535)
+    if (T < 0 || H <= 0 || R <= 0 || R > 512 || R % 8 || rope < 0 || rope % 8 || (long)H * T > INT32_MAX || dkp > MLA_MAX_DKP || split <= 0 ||
+        split % MLA_KB || (H + MLA_ROWS - 1) / MLA_ROWS > 65535 || (((uintptr_t)qc | (uintptr_t)qpe) & 15))
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: bad shape (R %d, rope %d, split %d)", R, rope,
                                split);
     if (T == 0) return 0;
@@ -257,7 +260,7 @@ static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t 
                              "mla_attention smem"))                                                                 \
             return INVAR_CUDA_ECUDA;                                                                                \
         mla_attention_tc_kernel<N><<<grid, MLA_TC_THREADS, smem, ctx->stream>>>(                                    \
-            qlat, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, H, R, rope, scale, split, nch); \
+            qc, qpe, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, T, H, R, rope, scale, split, nch);\
     } while (0)
     switch (nt) {
     case 2: MLA_LAUNCH(2); break;
@@ -269,21 +272,21 @@ static int mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t 
     return invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch");
 }
 
-extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
-                                        const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
-                                        int bt_stride, float *olat, int T, int H, int R, int rope, float scale,
-                                        int split)
+extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe,
+                                        const uint16_t *cache, const int32_t *pos, const int32_t *tok_seq,
+                                        const int32_t *block_table, int bt_stride, uint16_t *olat, int T, int H,
+                                        int R, int rope, float scale, int split)
 {
-    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
+    return mla_attention(ctx, qc, qpe, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
                          split);
 }
 
-extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const float *qlat, const uint16_t *cache,
-                                            const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
-                                            const int32_t *bt_stride_dev, float *olat, int T, int H, int R, int rope,
-                                            float scale, int split)
+extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe,
+                                            const uint16_t *cache, const int32_t *pos, const int32_t *tok_seq,
+                                            const int32_t *block_table, const int32_t *bt_stride_dev,
+                                            uint16_t *olat, int T, int H, int R, int rope, float scale, int split)
 {
     if (!bt_stride_dev) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: no stride");
-    return mla_attention(ctx, qlat, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
+    return mla_attention(ctx, qc, qpe, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
                          split);
 }
