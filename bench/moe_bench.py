@@ -44,12 +44,16 @@ def ensure_model(path):
 
 def active_bytes_per_token(path):
     """Weight bytes one decode step reads: every tensor but the embedding table and the
-    routed experts, plus n_used / n_expert of the experts (a token's share)."""
+    routed experts, plus n_used / n_expert of the experts (a token's share). A dense file
+    (no expert keys) reads all of them."""
     import gguf
     r = gguf.GGUFReader(path)
     f = r.fields
-    used = int(f["deepseek2.expert_used_count"].parts[-1][0])
-    n_exp = int(f["deepseek2.expert_count"].parts[-1][0])
+    arch_f = f.get("general.architecture")
+    arch = bytes(arch_f.parts[-1]).decode() if arch_f else ""
+    used_f, n_exp_f = f.get(f"{arch}.expert_used_count"), f.get(f"{arch}.expert_count")
+    used = int(used_f.parts[-1][0]) if used_f else 1
+    n_exp = int(n_exp_f.parts[-1][0]) if n_exp_f else 1
     total = 0.0
     for t in r.tensors:
         if t.name == "token_embd.weight":
@@ -81,7 +85,7 @@ def main():
     exact = cb.make_prompts(invar, cb.DEFAULT_MODEL, 1234)
     stream = cb.build_probe("stream_read")
     bw = [cb.stream_bandwidth(stream, a.threads, 1024, 3)]
-    results, name = [], "dsv2lite-Q4_K"
+    results, name = [], os.path.splitext(os.path.basename(a.model))[0]
     tag = a.tag or started.strftime("%Y%m%d-%H%M")
     os.makedirs(a.out_dir, exist_ok=True)
     partial = os.path.join(a.out_dir, f"moe_{tag}.partial.json")
