@@ -273,16 +273,28 @@ int invar_cuda_mla_heads_plan(invar_cuda_ctx *ctx, int H, int T, int bm, int32_t
  * (tensor cores, fp32 accumulation, the softmax weights in bf16); the keys in blocks of 64 and
  * splits of `split` (a multiple of 64) positions from absolute 0 merged in order:
  * INVAR_CUDA_KV_SPLIT, or a negative control's other value. R <= 512, R and rope multiples
- * of 8, R + rope <= 576; pointers 16-byte aligned. */
+ * of 8, R + rope <= 576; pointers 16-byte aligned.
+ * par NULL or parts 1: each CTA merges its token's splits itself. parts > 1 (few tokens: the
+ * GPU filled over the splits): `parts` CTAs per token take every parts-th split and write each
+ * split's state to ws (invar_cuda_mla_parts_bytes(T, H, R, ws_splits) bytes; ws_splits >
+ * every pos / split), then a fold takes them in position order with the merge's own
+ * operations: the same bits for any parts. */
+typedef struct {
+    int parts;
+    float *ws;
+    int ws_splits;
+} invar_cuda_mla_parts;
+size_t invar_cuda_mla_parts_bytes(int T, int H, int R, int ws_splits);
 int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
                              const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
-                             uint16_t *olat, int T, int H, int R, int rope, float scale, int split);
+                             uint16_t *olat, int T, int H, int R, int rope, float scale, int split,
+                             const invar_cuda_mla_parts *par);
 /* The same with the block-table stride read from device memory (*bt_stride_dev, e.g. a
  * graph's staging buffer), so a captured launch serves every step's stride. */
 int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
                                  const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table,
                                  const int32_t *bt_stride_dev, uint16_t *olat, int T, int H, int R, int rope,
-                                 float scale, int split);
+                                 float scale, int split, const invar_cuda_mla_parts *par);
 /* After the output GEMM (olat . W_UV^T per head, W_UV [H][vd][R] bf16, into [H][T][vd]):
  * out [T][H vd] bf16, token t's heads side by side. vd % 8 == 0. */
 int invar_cuda_mla_heads_to_tokens(invar_cuda_ctx *ctx, const uint16_t *in, int H, int T, int vd, uint16_t *out);

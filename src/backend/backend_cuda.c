@@ -55,7 +55,7 @@ static void free_bufs(cuda_bufs *d) {
                   d->rlog,   d->ey,     d->sy,     d->xg,    d->egu,   d->eh,      d->mq,    d->qn,
                   d->qc,     d->qpe,    d->olat,   d->ov,    d->qa,    d->moe.sel, d->moe.rel, d->moe.slot,
                   d->moe.count, d->moe.start, d->moe.entries, d->moe.n_entries, d->moe.wts, d->moe.seen,
-                  d->mla_entries, d->mla_n_entries};
+                  d->mla_entries, d->mla_n_entries, d->mla_ws};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) cudaFree(ps[i]);
     memset(d, 0, sizeof *d);
 }
@@ -613,6 +613,8 @@ static int alloc_all(cuda_backend *c) {
         {(void **)&d->ov, mla * 2 * T * H * (size_t)c->mla_vd},
         {(void **)&d->mla_entries, mla * 16 * (size_t)invar_cuda_mla_heads_max_entries((int)H, (int)T, 64)},
         {(void **)&d->mla_n_entries, mla * 4},
+        {(void **)&d->mla_ws, mla * invar_cuda_mla_parts_bytes((int)c->mla_parts_tmax, (int)H, (int)c->mla_R,
+                                                                 (int)c->mla_ws_splits)},
         {(void **)&d->qkv, 4 * T * (size_t)c->wqkv}, {(void **)&d->logits, 4 * L * (size_t)c->vocab_pad},
         {(void **)&d->tok_in, 4 * L},                 {(void **)&d->stats, 12 * L},
         {(void **)&d->srows, 4 * L},                  {(void **)&d->sparams, sizeof *d->sparams * L},
@@ -671,6 +673,14 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
         c->mla_vd = cf->mla.v_dim;
         c->mla_ql = cf->mla.q_lora;
         c->mla_nq = c->mla_ql ? c->mla_ql : cf->n_head * (c->mla_nope + c->mla_rope);
+        /* Split-parallel attention for forwards of few tokens: its states for every split of
+         * the longest position, for up to 8 tokens within 256 MB. */
+        c->mla_ws_splits = m->rope_len / INVAR_CUDA_KV_SPLIT + 1;
+        const int64_t per_tok = (int64_t)invar_cuda_mla_parts_bytes(1, (int)cf->n_head, (int)c->mla_R,
+                                                                    (int)c->mla_ws_splits);
+        c->mla_parts_tmax = per_tok > 0 ? (256LL << 20) / per_tok : 0;
+        if (c->mla_parts_tmax > 8) c->mla_parts_tmax = 8;
+        if (c->mla_parts_tmax > c->base.opts.max_tokens) c->mla_parts_tmax = c->base.opts.max_tokens;
         c->qd = cf->n_head * c->mla_vd; /* attn_output's input */
         c->kvd = 0;
         c->wqkv = c->mla_nq + c->mla_R + c->mla_rope; /* the stacked projection's fp32 row */

@@ -30,6 +30,7 @@ typedef struct {
     float *mq;
     uint16_t *qa, *qn, *qc, *qpe, *olat, *ov;
     int32_t *mla_entries, *mla_n_entries;
+    float *mla_ws;               /* split-parallel attention's split states (few tokens) */
 } cuda_bufs;
 
 typedef struct {
@@ -65,6 +66,8 @@ typedef struct {
     /* MLA (cuda_mla.c; kv_lora 0: none): the latent cache row is R + rope bf16 */
     int64_t mla_R, mla_rope, mla_nope, mla_vd, mla_ql, mla_nq;
     bool mla_split_by_batch;     /* the negative control's batch-dependent key split */
+    int64_t mla_ws_splits;       /* splits of the longest position (rope_len) */
+    int64_t mla_parts_tmax;      /* forwards of up to this many tokens split the attention over CTAs */
     char run_error[160];         /* a host-side failure inside cuda_run (else "") */
     backend_gemm_mode gemm_mode;
     struct backend_kv *kvs;      /* every live KV cache (their graphs follow the GEMM mode) */

@@ -42,6 +42,12 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
     /* The negative control moves the split boundaries with the forward's token count. */
     const int split = c->mla_split_by_batch ? 64 * (1 + (int)(T % 3)) : INVAR_CUDA_KV_SPLIT; /* multiples of 64 */
     const int rows = (int)(H * T);
+    /* Few tokens: every token's splits over several CTAs (the same bits, mla_attention.cu);
+     * not under the control, whose smaller splits the workspace is not sized for. */
+    const int64_t groups = T * ((H + 15) / 16), sm = invar_cuda_sm_count(ctx);
+    invar_cuda_mla_parts par = {1, d->mla_ws, (int)c->mla_ws_splits};
+    if (T <= c->mla_parts_tmax && !c->mla_split_by_batch && 2 * groups <= sm)
+        par.parts = (int)(sm / groups > 128 ? 128 : sm / groups);
     if (invar_cuda_mla_query_prep(ctx, q, (int)ldq, (int)H, (int)nope, (int)rope, c->w.rope_cs, dev->pos,
                                   cf->rope_neox, d->qn, d->qpe, (int)T) ||
         cuda_gemm_grouped(c, ctx, d->qn, L->mla_uk, d->qc, INVAR_CUDA_BF16, T, rows, R, nope, (int)H, d->mla_entries,
@@ -49,10 +55,10 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
         /* A graph's launch reads the block-table stride from its staging buffer (counts[1]). */
         (attn->counts ? invar_cuda_mla_attention_dev(ctx, d->qc, d->qpe, cache, dev->pos, dev->tok_seq, dev->btab,
                                                      attn->counts + 1, d->olat, (int)T, (int)H, (int)R, (int)rope,
-                                                     cf->attn_scale, split)
+                                                     cf->attn_scale, split, &par)
                       : invar_cuda_mla_attention(ctx, d->qc, d->qpe, cache, dev->pos, dev->tok_seq, dev->btab,
                                                  attn->max_pages, d->olat, (int)T, (int)H, (int)R, (int)rope,
-                                                 cf->attn_scale, split)) ||
+                                                 cf->attn_scale, split, &par)) ||
         cuda_gemm_grouped(c, ctx, d->olat, L->mla_uv, d->ov, INVAR_CUDA_BF16, T, rows, c->mla_vd, R, (int)H,
                           d->mla_entries, d->mla_n_entries, max_entries, bm) ||
         invar_cuda_mla_heads_to_tokens(ctx, d->ov, (int)H, (int)T, (int)c->mla_vd, d->attn))

@@ -1,7 +1,8 @@
 /* Device test of the MLA kernels (mla.cu) and the MoE combine (moe.cu), on DeepSeek-V2-Lite's
  * latent shape (16 heads, kv_lora 512, rope 64, qk_nope 128, v_dim 128) and a tiny one:
  *   attention  two sequences of P positions in a random page order, every token of both in one
- *              launch (prefill), against each token alone (decode), in chunks of 37 and with
+ *              launch (prefill, tokens paired per CTA), against each token alone (decode; odd
+ *              tokens split over 7 CTAs and folded), in chunks of 37 (over 3 CTAs) and with
  *              the sequences' order swapped: bitwise equal; sampled tokens against an fp64
  *              reference; NEGATIVE CONTROL: the split following the launch's token count
  *              (the engine's backend_cuda_set_mla_split_by_batch) must differ;
@@ -53,7 +54,8 @@ typedef struct {
     uint16_t *d_out;      /* [T][H][R] head-major bf16 */
 } attn_setup;
 
-static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_t, float *out_host) {
+/* parts > 1: the split-parallel mode (parts CTAs per token, states through ws, then the fold). */
+static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_t, int parts, float *out_host) {
     const shape *s = a->s;
     const int Dk = s->R + s->rope, H = s->H, R = s->R, rope = s->rope;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *seq = malloc(sizeof(int32_t) * (size_t)n);
@@ -79,8 +81,11 @@ static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_
     int32_t *d_pos = upload(pos, 4 * (size_t)n), *d_seq = upload(seq, 4 * (size_t)n), *d_bt = upload(bts, 8 * (size_t)a->pages);
     uint16_t *d_qc = upload(qc, 2 * (size_t)n * H * R), *d_qp = upload(qp, 2 * (size_t)n * H * rope);
     int split = split_by_t ? 64 * (1 + n % 3) : INVAR_CUDA_KV_SPLIT; /* multiples of the 64-key block */
+    const int ws_splits = s->P / INVAR_CUDA_KV_SPLIT + 1;
+    float *ws = parts > 1 ? dmalloc(invar_cuda_mla_parts_bytes(n, H, R, ws_splits)) : NULL;
+    const invar_cuda_mla_parts par = {parts, ws, ws_splits};
     CKI(invar_cuda_mla_attention(ctx, d_qc, d_qp, a->d_cache, d_pos, d_seq, d_bt, a->pages, a->d_out, n, H, R, rope,
-                                 0.07f, split));
+                                 0.07f, split, &par));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(o, a->d_out, 2 * (size_t)n * H * R, cudaMemcpyDeviceToHost));
     /* back to token-major float rows [n][H][R] for the comparisons */
@@ -93,6 +98,7 @@ static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_
     CK(cudaFree(d_bt));
     CK(cudaFree(d_qc));
     CK(cudaFree(d_qp));
+    if (ws) CK(cudaFree(ws));
     free(pos), free(seq), free(qc), free(qp), free(o), free(bts);
 }
 
@@ -115,19 +121,20 @@ static void test_attention(const shape *s) {
     fill_f32(qlat, T * s->H * Dk, 9, 1.0f);
     attn_setup a = {s, qlat, bt, upload(cache, sizeof(uint16_t) * cache_n), pages, dmalloc(2 * T * row)};
     float *full = malloc(sizeof(float) * T * row), *part = malloc(sizeof(float) * T * row);
-    run_attn(&a, 0, (int)T, 0, 0, full);
-    /* every token alone, in chunks of 37, and with the sequences swapped */
+    run_attn(&a, 0, (int)T, 0, 0, 1, full);
+    /* every token alone (odd ones over 7 CTAs, the split-parallel mode), in chunks of 37 (over
+     * 3 CTAs each), and with the sequences swapped */
     long bad_alone = 0, bad_chunk = 0, bad_swap = 0;
     for (size_t t = 0; t < T; t += (t < 40 ? 1 : 7)) {
-        run_attn(&a, (int)t, 1, 0, 0, part);
+        run_attn(&a, (int)t, 1, 0, 0, t % 2 ? 7 : 1, part);
         bad_alone += memcmp(part, full + t * row, sizeof(float) * row) != 0;
     }
     for (size_t t = 0; t < T; t += 37) {
         int n = T - t < 37 ? (int)(T - t) : 37;
-        run_attn(&a, (int)t, n, 0, 0, part);
+        run_attn(&a, (int)t, n, 0, 0, 3, part);
         bad_chunk += memcmp(part, full + t * row, sizeof(float) * row * (size_t)n) != 0;
     }
-    run_attn(&a, 0, (int)T, 1, 0, part);
+    run_attn(&a, 0, (int)T, 1, 0, 1, part);
     bad_swap = memcmp(part, full, sizeof(float) * T * row) != 0;
     printf("%-10s mla attention: alone %ld, chunks %ld, swapped %ld differing (want 0)\n", s->name, bad_alone,
            bad_chunk, bad_swap);
@@ -166,10 +173,10 @@ static void test_attention(const shape *s) {
     printf("%-10s mla attention vs fp64: worst relative error %.2e (want < 1e-2)\n", s->name, worst);
     EXPECT(worst < 1e-2, "%s: MLA attention inaccurate", s->name);
     /* negative control: the split follows the launch's token count */
-    run_attn(&a, 0, (int)T, 0, 1, full);
+    run_attn(&a, 0, (int)T, 0, 1, 1, full);
     long bad_ctl = 0;
     for (size_t t = 16; t < T; t += 5) {
-        run_attn(&a, (int)t, 1, 0, 1, part);
+        run_attn(&a, (int)t, 1, 0, 1, 1, part);
         bad_ctl += memcmp(part, full + t * row, sizeof(float) * row) != 0;
     }
     printf("%-10s control (split follows T): %ld tokens differ alone vs batched (want > 0)\n", s->name, bad_ctl);

@@ -3,6 +3,7 @@
  *   prefill: one sequence of T tokens in one step, T = 512, 2048, 8192 (tokens/s)
  *   decode:  B sequences at context 1024 (up to 1024 + B/8 for the first admitted, which
  *            decode while the last prefill), one token each per step, B = 1..256 (tokens/s)
+ *            and one sequence at context 16384 (invariant mode: the long-context decode)
  * Medians of repeated steps; device-to-device copy bandwidth measured in the same run gives
  * the memory bound of one-sequence decode (weight bytes / copy bandwidth).
  * Usage: bench_engine MODEL.gguf OUT.json */
@@ -49,6 +50,7 @@ static int32_t *random_ids(int64_t n) {
  * switched between runs. Sized for 256 sequences of 1024 + decode, 8192-token steps. */
 #define MAX_B 256
 #define CTX 1024
+#define CTX_LONG 16384 /* one long sequence's decode (invariant mode) */
 #define STEPS 24
 #define PREFILL_STEPS_MAX (MAX_B * CTX / 8192 + 1)
 static invar_engine *make_engine(bool graphs) {
@@ -182,6 +184,12 @@ int main(int argc, char **argv) {
             double v = decode_tok_s(e, Bs[i], CTX);
             printf("%-9s decode  B=%-5d %8.0f tok/s  (%.2f ms/step)\n", tag, Bs[i], v, 1e3 * Bs[i] / v);
             fprintf(f, ",\"decode_B%d_tok_s\":%.1f", Bs[i], v);
+            fflush(stdout);
+        }
+        if (!mode) {
+            double v = decode_tok_s(e, 1, CTX_LONG);
+            printf("%-9s decode  B=1 ctx=%d %6.0f tok/s  (%.2f ms/step)\n", tag, CTX_LONG, v, 1e3 / v);
+            fprintf(f, ",\"decode_B1_ctx%d_tok_s\":%.1f", CTX_LONG, v);
             fflush(stdout);
         }
         fprintf(f, "}");

@@ -85,7 +85,7 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
                         const int32_t *__restrict__ pos_of, const int32_t *__restrict__ tok_seq,
                         const int32_t *__restrict__ btab, int bt_stride, const int32_t *__restrict__ bt_stride_dev,
                         uint16_t *__restrict__ olat, int T, int H, int R, int rope, float scale, int split,
-                        int nch)
+                        int nch, float *__restrict__ ws, int ws_splits)
 {
     extern __shared__ __align__(128) uint8_t smem[];
     const int t = blockIdx.x;
@@ -102,8 +102,13 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
     float *s_s = (float *)(smem + (MLA_ROWS + 2 * MLA_KB) * DKP * 2 + MLA_ROWS * MLA_KB * 2); /* [32][64] */
     float *a_s = s_s + MLA_ROWS * MLA_KB, *b_s = a_s + MLA_ROWS, *l_s = b_s + MLA_ROWS; /* per row */
 
-    const int nblk = pos / MLA_KB + 1, sblk = split / MLA_KB;
-    mla_load_block(k_s, cache, bt, 0, pos, Dk, nch, tid);
+    /* Split-parallel mode (gridDim.z parts > 1): part z takes splits z, z + parts, ... and
+     * writes each split's state to ws for mla_fold_kernel, which folds them in position
+     * order with the same operations as the in-CTA merge below: the same bits either way. */
+    const int nblk = pos / MLA_KB + 1, sblk = split / MLA_KB, parts = (int)gridDim.z;
+    int b = (int)blockIdx.z * sblk;
+    if (b >= nblk) return;
+    mla_load_block(k_s, cache, bt, b * MLA_KB, pos, Dk, nch, tid);
     cp_async_commit();
     /* Q (bf16, head-major rows h T + t: [c part | rotated q_pe]): row 16 j + i is token t + j's
      * head h0 + i; zero past Dk, past the group's heads and for a missing second token */
@@ -131,10 +136,11 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
     const int sj = warp / 4, skey = 16 * (warp % 4); /* S: this warp's token tile and keys */
     const int spos = sj ? pos : pos0;                /* that token's last key */
     const int ntok = paired ? 2 : 1;
-    for (int b = 0; b < nblk; b++) {
-        const uint32_t kbuf = k_s + (uint32_t)(b & 1) * (MLA_KB * DKP * 2);
-        if (b + 1 < nblk) {
-            mla_load_block(k_s + (uint32_t)((b + 1) & 1) * (MLA_KB * DKP * 2), cache, bt, (b + 1) * MLA_KB, pos, Dk,
+    for (int it = 0; b < nblk; it++) {
+        const int bn = (b + 1) % sblk ? b + 1 : b + 1 + (parts - 1) * sblk; /* this part's next block */
+        const uint32_t kbuf = k_s + (uint32_t)(it & 1) * (MLA_KB * DKP * 2);
+        if (bn < nblk) {
+            mla_load_block(k_s + (uint32_t)((it + 1) & 1) * (MLA_KB * DKP * 2), cache, bt, bn * MLA_KB, pos, Dk,
                            nch, tid);
             cp_async_commit();
             cp_async_wait1();
@@ -227,7 +233,35 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
                 }
             }
         }
-        if ((b + 1) % sblk == 0 || b + 1 == nblk) { /* split end: merge it into the running state */
+        if (((b + 1) % sblk == 0 || b + 1 == nblk) && parts > 1) { /* split end: its state to ws */
+            const int sp = b / sblk;
+            const size_t ml = (size_t)T * ws_splits * H * R;
+            if (sp < ws_splits) {
+                if (sq == 0 && sr % MLA_HEADS < hg && sr / MLA_HEADS < ntok)
+                    ((float2 *)(ws + ml))[((size_t)(t + sr / MLA_HEADS) * ws_splits + sp) * H + h0 + sr % MLA_HEADS] =
+                        make_float2(m_split, l_split);
+#pragma unroll
+                for (int j = 0; j < MLA_TOK; j++) {
+                    if (j >= ntok) break;
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int hr = r0 + 8 * (e >> 1), d = warp * 8 * NT + 8 * n + c0 + (e & 1);
+                            if (hr < hg && d < R)
+                                ws[(((size_t)(t + j) * ws_splits + sp) * H + h0 + hr) * R + d] = o[j][n][e];
+                        }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < MLA_TOK; j++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[j][n][e] = 0.0f;
+            m_split = -INFINITY;
+            l_split = 0.0f;
+        } else if ((b + 1) % sblk == 0 || b + 1 == nblk) { /* split end: merge it into the running state */
             __syncthreads();
             if (sq == 0) {
                 const float M2 = fmaxf(M_run, m_split);
@@ -256,8 +290,10 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
                 }
             }
         }
-        __syncthreads(); /* the block's buffers are free for the load of block b + 2 */
+        __syncthreads(); /* the block's buffers are free for the load after bn */
+        b = bn;
     }
+    if (parts > 1) return;
 #pragma unroll
     for (int j = 0; j < MLA_TOK; j++) {
         if (j >= ntok) break;
@@ -274,6 +310,30 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
     }
 }
 
+/* Split-parallel mode's fold: per (token, head) the splits' states in position order, the
+ * in-CTA merge's operations exactly, then the same normalisation. */
+__global__ void __launch_bounds__(128)
+mla_fold_kernel(const float *__restrict__ ws, int ws_splits, const int32_t *__restrict__ pos_of, int T, int H, int R,
+                int split, uint16_t *__restrict__ olat)
+{
+    const int t = blockIdx.x, h = blockIdx.y, nsp = pos_of[t] / split + 1;
+    const float2 *ml = (const float2 *)(ws + (size_t)T * ws_splits * H * R);
+    if (nsp > ws_splits) return; /* the host sizes ws for every position */
+    for (int d = threadIdx.x; d < R; d += blockDim.x) {
+        float M_run = -INFINITY, L_run = 0.0f, O = 0.0f;
+        for (int sp = 0; sp < nsp; sp++) {
+            const size_t i = ((size_t)t * ws_splits + sp) * H + h;
+            const float2 st = ml[i];
+            const float M2 = fmaxf(M_run, st.x);
+            const float ra = M_run == -INFINITY ? 0.0f : expf(__fsub_rn(M_run, M2)), rb = expf(__fsub_rn(st.x, M2));
+            L_run = __fadd_rn(__fmul_rn(L_run, ra), __fmul_rn(st.y, rb));
+            M_run = M2;
+            O = __fadd_rn(__fmul_rn(O, ra), __fmul_rn(ws[i * R + d], rb));
+        }
+        olat[((size_t)h * T + t) * R + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(O, L_run)));
+    }
+}
+
 /* Value n8-tiles per warp for R (an even count: the tiles go in pairs; 8 warps): R padded up
  * to 128, 256 or 512. */
 static int mla_value_tiles(int R)
@@ -283,23 +343,33 @@ static int mla_value_tiles(int R)
     return nt;
 }
 
+extern "C" size_t invar_cuda_mla_parts_bytes(int T, int H, int R, int ws_splits)
+{
+    return sizeof(float) * (size_t)T * (size_t)ws_splits * (size_t)H * (size_t)(R + 2);
+}
+
 static int mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe, const uint16_t *cache,
                          const int32_t *pos, const int32_t *tok_seq, const int32_t *block_table, int bt_stride,
                          const int32_t *bt_stride_dev, uint16_t *olat, int T, int H, int R, int rope, float scale,
-                         int split)
+                         int split, const invar_cuda_mla_parts *par)
 {
     const int nt = mla_value_tiles(R), Dk = R + rope;
+    const int parts = par ? par->parts : 1;
     int dkp = (Dk + 63) / 64 * 64;
     if (dkp < 64 * nt) dkp = 64 * nt; /* the value tiles read the first 64 nt dims */
-    if (T < 0 || H <= 0 || R <= 0 || R > 512 || R % 8 || rope < 0 || rope % 8 || (long)H * T > INT32_MAX || dkp > MLA_MAX_DKP || split <= 0 ||
-        split % MLA_KB || (H + MLA_HEADS - 1) / MLA_HEADS > 65535 || (((uintptr_t)qc | (uintptr_t)qpe) & 15))
-        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: bad shape (R %d, rope %d, split %d)", R, rope,
-                               split);
+    if (T < 0 || H <= 0 || R <= 0 || R > 512 || R % 8 || rope < 0 || rope % 8 || (long)H * T > INT32_MAX ||
+        dkp > MLA_MAX_DKP || split <= 0 || split % MLA_KB || (H + MLA_HEADS - 1) / MLA_HEADS > 65535 ||
+        (((uintptr_t)qc | (uintptr_t)qpe) & 15) || parts < 1 || parts > 65535 ||
+        (parts > 1 && (!par->ws || par->ws_splits < 1 || ((uintptr_t)par->ws & 15))))
+        return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: bad shape (R %d, rope %d, split %d, parts %d)",
+                               R, rope, split, parts);
     if (T == 0) return 0;
     const size_t smem = (size_t)(MLA_ROWS + 2 * MLA_KB) * dkp * 2 + MLA_ROWS * MLA_KB * 2 +
                         sizeof(float) * (MLA_ROWS * MLA_KB + 3 * MLA_ROWS);
-    const dim3 grid(T, (H + MLA_HEADS - 1) / MLA_HEADS);
+    const dim3 grid(T, (H + MLA_HEADS - 1) / MLA_HEADS, parts);
     const int nch = dkp / 8;
+    float *ws = parts > 1 ? par->ws : NULL;
+    const int ws_splits = parts > 1 ? par->ws_splits : 0;
 #define MLA_LAUNCH(N)                                                                                               \
     do {                                                                                                            \
         if (invar_cuda_check(ctx,                                                                                   \
@@ -308,7 +378,8 @@ static int mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t
                              "mla_attention smem"))                                                                 \
             return INVAR_CUDA_ECUDA;                                                                                \
         mla_attention_tc_kernel<N><<<grid, MLA_TC_THREADS, smem, ctx->stream>>>(                                    \
-            qc, qpe, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, T, H, R, rope, scale, split, nch);\
+            qc, qpe, cache, pos, tok_seq, block_table, bt_stride, bt_stride_dev, olat, T, H, R, rope, scale, split, \
+            nch, ws, ws_splits);                                                                                    \
     } while (0)
     switch (nt) {
     case 2: MLA_LAUNCH(2); break;
@@ -316,24 +387,29 @@ static int mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t
     default: MLA_LAUNCH(8); break; /* R <= 512 */
     }
 #undef MLA_LAUNCH
+    if (parts > 1) {
+        if (invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch")) return INVAR_CUDA_ECUDA;
+        mla_fold_kernel<<<dim3(T, H), 128, 0, ctx->stream>>>(ws, ws_splits, pos, T, H, R, split, olat);
+    }
     return invar_cuda_check(ctx, cudaGetLastError(), "mla_attention launch");
 }
 
 extern "C" int invar_cuda_mla_attention(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe,
                                         const uint16_t *cache, const int32_t *pos, const int32_t *tok_seq,
                                         const int32_t *block_table, int bt_stride, uint16_t *olat, int T, int H,
-                                        int R, int rope, float scale, int split)
+                                        int R, int rope, float scale, int split, const invar_cuda_mla_parts *par)
 {
     return mla_attention(ctx, qc, qpe, cache, pos, tok_seq, block_table, bt_stride, NULL, olat, T, H, R, rope, scale,
-                         split);
+                         split, par);
 }
 
 extern "C" int invar_cuda_mla_attention_dev(invar_cuda_ctx *ctx, const uint16_t *qc, const uint16_t *qpe,
                                             const uint16_t *cache, const int32_t *pos, const int32_t *tok_seq,
                                             const int32_t *block_table, const int32_t *bt_stride_dev,
-                                            uint16_t *olat, int T, int H, int R, int rope, float scale, int split)
+                                            uint16_t *olat, int T, int H, int R, int rope, float scale, int split,
+                                            const invar_cuda_mla_parts *par)
 {
     if (!bt_stride_dev) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "mla_attention: no stride");
     return mla_attention(ctx, qc, qpe, cache, pos, tok_seq, block_table, 1, bt_stride_dev, olat, T, H, R, rope, scale,
-                         split);
+                         split, par);
 }
