@@ -77,6 +77,25 @@ static __device__ __forceinline__ int mla_pair(const int32_t *pos, const int32_t
     return 1;
 }
 
+/* Calls f(j, n, e, head row, dim) for each accumulator element o[j][n][e] of a warp's value
+ * tiles (first dim d0 + 8 n, rows r0 and r0 + 8 of token tile j) that is a real token, head
+ * and dim. */
+template <int NT, typename F>
+static __device__ __forceinline__ void mla_each_out(int ntok, int hg, int R, int d0, int r0, F f)
+{
+#pragma unroll
+    for (int j = 0; j < MLA_TOK; j++) {
+        if (j >= ntok) break;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hr = r0 + 8 * (e >> 1), d = d0 + 8 * n + (e & 1);
+                if (hr < hg && d < R) f(j, n, e, hr, d);
+            }
+    }
+}
+
 /* NT: value n8-tiles per warp (R padded to 64 NT), even. */
 template <int NT>
 __global__ void __launch_bounds__(MLA_TC_THREADS, 1)
@@ -240,18 +259,9 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
                 if (sq == 0 && sr % MLA_HEADS < hg && sr / MLA_HEADS < ntok)
                     ((float2 *)(ws + ml))[((size_t)(t + sr / MLA_HEADS) * ws_splits + sp) * H + h0 + sr % MLA_HEADS] =
                         make_float2(m_split, l_split);
-#pragma unroll
-                for (int j = 0; j < MLA_TOK; j++) {
-                    if (j >= ntok) break;
-#pragma unroll
-                    for (int n = 0; n < NT; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int hr = r0 + 8 * (e >> 1), d = warp * 8 * NT + 8 * n + c0 + (e & 1);
-                            if (hr < hg && d < R)
-                                ws[(((size_t)(t + j) * ws_splits + sp) * H + h0 + hr) * R + d] = o[j][n][e];
-                        }
-                }
+                mla_each_out<NT>(ntok, hg, R, warp * 8 * NT + c0, r0, [&](int j, int n, int e, int hr, int d) {
+                    ws[(((size_t)(t + j) * ws_splits + sp) * H + h0 + hr) * R + d] = o[j][n][e];
+                });
             }
 #pragma unroll
             for (int j = 0; j < MLA_TOK; j++)
@@ -294,20 +304,10 @@ mla_attention_tc_kernel(const uint16_t *__restrict__ qc, const uint16_t *__restr
         b = bn;
     }
     if (parts > 1) return;
-#pragma unroll
-    for (int j = 0; j < MLA_TOK; j++) {
-        if (j >= ntok) break;
-        const float il0 = l_s[MLA_HEADS * j + r0], il1 = l_s[MLA_HEADS * j + r0 + 8];
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int hr = r0 + 8 * (e >> 1), d = warp * 8 * NT + 8 * n + c0 + (e & 1);
-                if (hr < hg && d < R)
-                    olat[((size_t)(h0 + hr) * T + t + j) * R + d] =
-                        __bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(O[j][n][e], (e >> 1) ? il1 : il0)));
-            }
-    }
+    mla_each_out<NT>(ntok, hg, R, warp * 8 * NT + c0, r0, [&](int j, int n, int e, int hr, int d) {
+        const float l = l_s[MLA_HEADS * j + hr];
+        olat[((size_t)(h0 + hr) * T + t + j) * R + d] = __bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(O[j][n][e], l)));
+    });
 }
 
 /* Split-parallel mode's fold: per (token, head) the splits' states in position order, the
