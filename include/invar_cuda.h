@@ -120,7 +120,14 @@ int invar_cuda_sample_rows(invar_cuda_ctx *ctx, const float *logits, int ld, int
  * so a token's output is the same in decode, prefill, chunked prefill or after a prefix hit,
  * whatever else is batched. head_dim 64 or 128; n_heads % n_kv_heads == 0. */
 #define INVAR_CUDA_PAGE 16
-#define INVAR_CUDA_KV_SPLIT 256
+/* 512: the in-CTA fold of a split's state (and the lost softmax overlap of the block after
+ * it) comes once per 8 key blocks of 64 (bench/cuda/notes_attention.md, v6). A build may set
+ * another multiple of 64 (the benchmark's same-run peer); every launch of one build uses one. */
+#ifndef INVAR_CUDA_KV_SPLIT
+#define INVAR_CUDA_KV_SPLIT 512
+#endif
+/* MLA attention's split (a kernel family of its own: its own fixed absolute boundaries). */
+#define INVAR_CUDA_MLA_KV_SPLIT 256
 
 typedef struct invar_cuda_attn_plan invar_cuda_attn_plan;
 /* Builds the work list for one batch (host arrays; copies them to the device). */
@@ -272,7 +279,7 @@ int invar_cuda_mla_heads_plan(invar_cuda_ctx *ctx, int H, int T, int bm, int32_t
  * scale * [q_c, q_pe] . [c_kv, k_pe] (qc [H][T][R], qpe [H][T][rope], bf16), values c_kv
  * (tensor cores, fp32 accumulation, the softmax weights in bf16); the keys in blocks of 64 and
  * splits of `split` (a multiple of 64) positions from absolute 0 merged in order:
- * INVAR_CUDA_KV_SPLIT, or a negative control's other value. R <= 512, R and rope multiples
+ * INVAR_CUDA_MLA_KV_SPLIT, or a negative control's other value. R <= 512, R and rope multiples
  * of 8, R + rope <= 576; pointers 16-byte aligned.
  * par NULL or parts 1: each CTA merges its token's splits itself. parts > 1 (few tokens: the
  * GPU filled over the splits): `parts` CTAs per token take every parts-th split and write each

@@ -3,10 +3,12 @@ sections (torch eager ops, scaled_dot_product_attention), for side-by-side compa
 Same method as bench_cuda: median of CUDA-event timings, each after an L2 flush that reads
 512 MiB (clean lines only). Usage: torch_ref.py OUT.json"""
 import json
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 dev = "cuda"
 bf = torch.bfloat16
@@ -74,12 +76,14 @@ cases = {
     "log_softmax_128256": (lambda m: torch.log_softmax(logits[:m], -1), lambda m: 2.0 * m * V * 4),
     "sample_128256": (lambda m: sample(m), lambda m: 1.0 * m * V * 4),
 }
-for name, (fn, nbytes) in cases.items():
+# TORCH_REF_SECTIONS=attn: the attention cases alone (a device call about attention).
+only_attn = os.environ.get("TORCH_REF_SECTIONS", "") == "attn"
+for name, (fn, nbytes) in ([] if only_attn else cases.items()):
     for m in Ms:
         us = t_us(lambda: fn(m))
         out["rows"].append({"kernel": name, "M": m, "us": us, "GBps": nbytes(m) / us / 1e3})
         print(f"torch {name:24s} M={m:5d} {us:9.1f} us {nbytes(m) / us / 1e3:7.0f} GB/s", flush=True)
-del x, res, gu, qk, table, logits
+del x, res, gu, qk, table, logits  # (made above whatever the sections)
 torch.cuda.empty_cache()
 
 HQ, HKV, HD = 32, 8, 128
@@ -101,6 +105,19 @@ for L in [512, 1024, 2048, 4096, 8192, 16384]:
     fl = 4.0 * HQ * HD * L * (L + 1) / 2
     out["attention"].append({"kind": "prefill", "L": L, "us": us, "TFLOPs": fl / us / 1e6})
     print(f"torch sdpa prefill L={L:5d}: {us:9.1f} us {fl / us / 1e6:.1f} TFLOP/s", flush=True)
+    # Each backend on its own (the issue's "best backend"): K and V repeated to the query
+    # heads where a backend takes no grouped-query input (not timed: made before).
+    kr, vr = k.repeat_interleave(HQ // HKV, 1), v.repeat_interleave(HQ // HKV, 1)
+    for bname in ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"]:
+        try:
+            with sdpa_kernel(getattr(SDPBackend, bname)):
+                bus = t_us(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True))
+        except Exception as e:  # a backend this build or shape lacks
+            print(f"torch sdpa prefill L={L:5d} {bname}: unavailable ({type(e).__name__})", flush=True)
+            continue
+        out["attention"].append({"kind": "prefill", "L": L, "backend": bname, "us": bus, "TFLOPs": fl / bus / 1e6})
+        print(f"torch sdpa prefill L={L:5d} {bname:20s}: {bus:9.1f} us {fl / bus / 1e6:.1f} TFLOP/s", flush=True)
+    del q, k, v, kr, vr
 
 with open(sys.argv[1], "w") as f:
     json.dump(out, f, indent=1)

@@ -116,8 +116,8 @@ int backend_cuda_set_gemm_mode(backend *b, backend_gemm_mode mode);
 /* Tests only, the CUDA backend's MoE and MLA (docs/cuda.md), as the CPU's above: how a
  * token's experts are combined (MOE_COMBINE_BY_LOAD: the negative control), the per-expert
  * token counts its forwards have seen (NULL for another backend or a dense model), and the
- * NEGATIVE CONTROL of MLA attention whose key splits are 16 (1 + T % 4) positions, T the
- * forward's tokens, instead of INVAR_CUDA_KV_SPLIT. -1 for another backend or model kind. */
+ * NEGATIVE CONTROL of MLA attention whose key splits are 64 (1 + T % 3) positions, T the
+ * forward's tokens, instead of INVAR_CUDA_MLA_KV_SPLIT. -1 for another backend or model kind. */
 int backend_cuda_set_moe_combine(backend *b, moe_combine_mode mode);
 const uint64_t *backend_cuda_moe_counts_seen(backend *b);
 int backend_cuda_set_mla_split_by_batch(backend *b, bool on);

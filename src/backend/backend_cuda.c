@@ -675,7 +675,7 @@ int backend_cuda_create(model *m, const backend_opts *o, backend **out, char *er
         c->mla_nq = c->mla_ql ? c->mla_ql : cf->n_head * (c->mla_nope + c->mla_rope);
         /* Split-parallel attention for forwards of few tokens: its states for every split of
          * the longest position, for up to 8 tokens within 256 MB. */
-        c->mla_ws_splits = m->rope_len / INVAR_CUDA_KV_SPLIT + 1;
+        c->mla_ws_splits = m->rope_len / INVAR_CUDA_MLA_KV_SPLIT + 1;
         const int64_t per_tok = (int64_t)invar_cuda_mla_parts_bytes(1, (int)cf->n_head, (int)c->mla_R,
                                                                     (int)c->mla_ws_splits);
         c->mla_parts_tmax = per_tok > 0 ? (256LL << 20) / per_tok : 0;

@@ -40,7 +40,7 @@ int cuda_mla_attention(cuda_backend *c, invar_cuda_ctx *ctx, backend_kv *kv, int
     const int bm = T >= 256 ? 128 : 64, max_entries = invar_cuda_mla_heads_max_entries((int)H, (int)T, bm);
     if (il == 0 && invar_cuda_mla_heads_plan(ctx, (int)H, (int)T, bm, d->mla_entries, d->mla_n_entries)) return -1;
     /* The negative control moves the split boundaries with the forward's token count. */
-    const int split = c->mla_split_by_batch ? 64 * (1 + (int)(T % 3)) : INVAR_CUDA_KV_SPLIT; /* multiples of 64 */
+    const int split = c->mla_split_by_batch ? 64 * (1 + (int)(T % 3)) : INVAR_CUDA_MLA_KV_SPLIT; /* multiples of 64 */
     const int rows = (int)(H * T);
     /* Few tokens: every token's splits over several CTAs (the same bits, mla_attention.cu);
      * not under the control, whose smaller splits the workspace is not sized for. */

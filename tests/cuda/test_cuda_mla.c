@@ -80,8 +80,8 @@ static void run_attn(const attn_setup *a, int t0, int n, int swap, int split_by_
     for (int r = 0; r < 2; r++) memcpy(bts + r * a->pages, bt + (swap ? 1 - r : r) * a->pages, sizeof(int32_t) * a->pages);
     int32_t *d_pos = upload(pos, 4 * (size_t)n), *d_seq = upload(seq, 4 * (size_t)n), *d_bt = upload(bts, 8 * (size_t)a->pages);
     uint16_t *d_qc = upload(qc, 2 * (size_t)n * H * R), *d_qp = upload(qp, 2 * (size_t)n * H * rope);
-    int split = split_by_t ? 64 * (1 + n % 3) : INVAR_CUDA_KV_SPLIT; /* multiples of the 64-key block */
-    const int ws_splits = s->P / INVAR_CUDA_KV_SPLIT + 1;
+    int split = split_by_t ? 64 * (1 + n % 3) : INVAR_CUDA_MLA_KV_SPLIT; /* multiples of the 64-key block */
+    const int ws_splits = s->P / INVAR_CUDA_MLA_KV_SPLIT + 1;
     float *ws = parts > 1 ? dmalloc(invar_cuda_mla_parts_bytes(n, H, R, ws_splits)) : NULL;
     const invar_cuda_mla_parts par = {parts, ws, ws_splits};
     CKI(invar_cuda_mla_attention(ctx, d_qc, d_qp, a->d_cache, d_pos, d_seq, d_bt, a->pages, a->d_out, n, H, R, rope,

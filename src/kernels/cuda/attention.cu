@@ -212,6 +212,7 @@ static void *to_dev(const void *h, size_t bytes)
  * best at 1, 16 x 32k and 64 x 4k at 8: the longest runs that still fill the chip.
  * g_split_group_force (tests, benchmarks): > 0 fixes it. */
 #define WG_SPLIT_CTAS 256
+#define WG_WHOLE_KEYS 4096 /* decode tiles at least this long run whole where they fill the chip */
 static int g_split_group_force;
 
 static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
@@ -287,7 +288,7 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
     out->rows_max = maxtok * G;
     /* Speed only (either way gives the same bits). Measured on the H200 (bench_attention,
      * 2026-12-02, wgmma kernel): decode tiles were faster split except where whole tiles fill
-     * the chip (two CTAs per SM) and are long (16 or more splits each: 64 x 4k, 64 x 16k,
+     * the chip (two CTAs per SM) and are long (4096 keys or more each: 64 x 4k, 64 x 16k,
      * 256 x 4k, 1.07-1.17x whole), where the in-CTA fold saves the partials' round trip and
      * the merge launch (the mma.sync kernel's decode was faster split everywhere); prefill
      * tiles were faster whole down to one wave of CTAs, so they split only when whole tiles
@@ -295,7 +296,8 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
     if (ni_split1 <= ni_tile) out->auto_split = 0;
     else if (out->rows_max <= ATT_SMALL_ROWS)
         out->auto_split = attn_mma_env() ||
-                          !(ni_tile * (size_t)n_kv_heads >= 2 * (size_t)sm_count && ni_split1 >= 16 * ni_tile);
+                          !(ni_tile * (size_t)n_kv_heads >= 2 * (size_t)sm_count &&
+                            ni_split1 * SPLIT >= (size_t)WG_WHOLE_KEYS * ni_tile);
     else out->auto_split = 2 * ni_tile * (size_t)n_kv_heads < (size_t)sm_count;
     return 0;
 }
