@@ -170,22 +170,12 @@ static void test_negative_control_split_by_batch(void **state) {
     assert_true(bad > checked / 2);
 }
 
-/* The latent layout (V read out of the transposed K block, stored once) against the
- * separate one holding the same values as a V pool of their own: the same bits for every
- * query, in tiles of several tokens of one sequence, across split edges, with and without
- * a scalar tail of the value row. With `perturb`, one stored value of position 3 differs
- * from its key, and the queries that see it must differ: the comparison reads V. Returns
- * the queries that differ. */
-static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *checked) {
-    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
-    const int64_t qd = sh->n_heads * hd, od = sh->n_heads * hdv;
-    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
-    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
-    for (int64_t p = 0; p < CTX * nkv; p++) memcpy(vals + p * hdv, keys + p * hd, sizeof(float) * (size_t)hdv);
-    if (perturb) vals[3 * nkv * hdv] += 0.25f;
-    kv_fixture lat, sep;
-    kv_make_layout(&lat, keys, NULL, 1, nkv, hd, hdv, ATTN_KV_LATENT);
-    kv_make_layout(&sep, keys, vals, 0, nkv, hd, hdv, ATTN_KV_SEPARATE);
+/* The same queries on two caches a and b: tiles of m = 1..40 tokens of one sequence at
+ * positions across split edges; a runs on pools[m % 2] (NULL pools: the caller's thread),
+ * b on pools[0]. Returns the queries whose outputs differ. */
+static int64_t caches_differ(const attn_shape *sh, const kv_fixture *a, const kv_fixture *b, threadpool *const *pools,
+                             int64_t *checked) {
+    const int64_t qd = sh->n_heads * sh->head_dim, od = sh->n_heads * sh->head_dim_v;
     enum { MAX_M = 40 };
     float *q = malloc(sizeof(float) * MAX_M * qd), *out = malloc(sizeof(float) * 2 * MAX_M * od);
     attn_job *jobs = malloc(sizeof(attn_job) * 2 * MAX_M);
@@ -195,15 +185,35 @@ static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *ch
         for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
         for (int64_t j = 0; j < m; j++) {
             const int64_t pos = (j * 131 + m * 7) % CTX;
-            jobs[j] = (attn_job){q + j * qd, out + j * od, kv_view(&lat), pos};
-            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od, kv_view(&sep), pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * od, kv_view(a), pos};
+            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od, kv_view(b), pos};
         }
-        attn_run(NULL, sh, jobs, m);
-        attn_run(NULL, sh, jobs + MAX_M, m);
+        attn_run(pools ? pools[m & 1] : NULL, sh, jobs, m);
+        attn_run(pools ? pools[0] : NULL, sh, jobs + MAX_M, m);
         for (int64_t j = 0; j < m; j++, (*checked)++)
             bad += memcmp(out + j * od, out + (MAX_M + j) * od, sizeof(float) * (size_t)od) != 0;
     }
-    free(keys), free(vals), free(q), free(out), free(jobs);
+    free(q), free(out), free(jobs);
+    return bad;
+}
+
+/* The latent layout (V read out of the transposed K block, stored once) against the
+ * separate one holding the same values as a V pool of their own: the same bits for every
+ * query, in tiles of several tokens of one sequence, across split edges, with and without
+ * a scalar tail of the value row. With `perturb`, one stored value of position 3 differs
+ * from its key, and the queries that see it must differ: the comparison reads V. Returns
+ * the queries that differ. */
+static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *checked) {
+    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
+    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
+    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
+    for (int64_t p = 0; p < CTX * nkv; p++) memcpy(vals + p * hdv, keys + p * hd, sizeof(float) * (size_t)hdv);
+    if (perturb) vals[3 * nkv * hdv] += 0.25f;
+    kv_fixture lat, sep;
+    kv_make_layout(&lat, keys, NULL, 1, nkv, hd, hdv, ATTN_KV_LATENT);
+    kv_make_layout(&sep, keys, vals, 0, nkv, hd, hdv, ATTN_KV_SEPARATE);
+    const int64_t bad = caches_differ(sh, &lat, &sep, NULL, checked);
+    free(keys), free(vals);
     free(lat.k), free(sep.k), free(sep.v);
     return bad;
 }
@@ -229,7 +239,7 @@ static void test_latent_layout_same_bits_as_separate(void **state) {
  * first. Returns the queries whose outputs differ. */
 static int64_t f16_vs_rounded_f32(const attn_shape *sh, attn_kv_rounding rounding, int64_t *checked) {
     const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
-    const int64_t qd = sh->n_heads * hd, od = sh->n_heads * hdv, nk = CTX * nkv * hd, nv = CTX * nkv * hdv;
+    const int64_t nk = CTX * nkv * hd, nv = CTX * nkv * hdv;
     float *keys = malloc(sizeof(float) * nk), *vals = malloc(sizeof(float) * nv);
     float *rkeys = malloc(sizeof(float) * nk), *rvals = malloc(sizeof(float) * nv);
     for (int64_t i = 0; i < nk; i++) keys[i] = frand() * 2.0f, rkeys[i] = f16_rounded(keys[i]);
@@ -240,26 +250,10 @@ static int64_t f16_vs_rounded_f32(const attn_shape *sh, attn_kv_rounding roundin
     kv_make_layout(&h, keys, vals, 1, nkv, hd, hdv, layout);
     g_kv_type = ATTN_KV_F32, g_rounding = ATTN_KV_ROUND_NEAREST;
     kv_make_layout(&f, rkeys, rvals, 0, nkv, hd, hdv, layout);
-    enum { MAX_M = 40 };
-    float *q = malloc(sizeof(float) * MAX_M * qd), *out = malloc(sizeof(float) * 2 * MAX_M * od);
-    attn_job *jobs = malloc(sizeof(attn_job) * 2 * MAX_M);
     threadpool *pools[2] = {threadpool_create(1), threadpool_create(2)};
-    int64_t bad = 0;
-    *checked = 0;
-    for (int64_t m = 1; m <= MAX_M; m += 3) {
-        for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
-        for (int64_t j = 0; j < m; j++) {
-            const int64_t pos = (j * 131 + m * 7) % CTX;
-            jobs[j] = (attn_job){q + j * qd, out + j * od, kv_view(&h), pos};
-            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od, kv_view(&f), pos};
-        }
-        attn_run(pools[m & 1], sh, jobs, m);
-        attn_run(pools[0], sh, jobs + MAX_M, m);
-        for (int64_t j = 0; j < m; j++, (*checked)++)
-            bad += memcmp(out + j * od, out + (MAX_M + j) * od, sizeof(float) * (size_t)od) != 0;
-    }
+    const int64_t bad = caches_differ(sh, &h, &f, pools, checked);
     threadpool_destroy(pools[0]), threadpool_destroy(pools[1]);
-    free(keys), free(vals), free(rkeys), free(rvals), free(q), free(out), free(jobs);
+    free(keys), free(vals), free(rkeys), free(rvals);
     free(h.k), free(h.v), free(f.k), free(f.v);
     return bad;
 }
