@@ -7,6 +7,8 @@ the same SmolLM2-135M shape:
   * tg128  - decode of one sequence, tokens/s, at 1 and 2 threads, and its fraction of the
              memory-bandwidth bound (weight bytes per token x tokens/s / streaming-read GB/s);
   * aggregate decode at N concurrent sequences (Q4_1, all threads), total tokens/s;
+  * with --ctx-tokens N: prefill of an N-token prompt and decode at that context, invar once
+             per KV cache type of --kv-types (f32, f16: engine "invar" and "invar-kvf16");
   * streaming-read bandwidth (bench/stream_read.c, compiled into build-bench/) at the start
     and the end of the run, so the bound comes from the same conditions.
 Each figure is the median of --reps repetitions; invar and llama.cpp repetitions are
@@ -68,10 +70,10 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def add_single_results(results, name, inv, lla, threads_list, ctx=None):
-    """One result row per engine, thread count and test of a single-sequence run (tests
-    named test@ctx for a long-context run)."""
-    for eng, d in (("invar", inv), ("llama.cpp", lla)):
+def add_single_results(results, name, engines, threads_list, ctx=None):
+    """One result row per engine (engines: (name, {threads: {test: samples}})), thread count
+    and test of a single-sequence run (tests named test@ctx for a long-context run)."""
+    for eng, d in engines:
         for t in threads_list:
             for test, xs in d[t].items():
                 if xs:
@@ -263,7 +265,7 @@ def invar_rep(invar, model, threads, n_seq, dec_tokens, short, long_prompts, lon
     return out
 
 
-def invar_ctx_rep(invar, model, threads, dec_tokens, short, long_prompt, kv_mb):
+def invar_ctx_rep(invar, model, threads, dec_tokens, short, long_prompt, kv_mb, kv_type="f32"):
     """Long context, one process: a short warm-up request, then one long prompt of
     len(long_prompt) tokens that decodes dec_tokens more.  Timed by invar's own --timing
     (first token = end of the prefill, done = last token), so the long prefill is paid once
@@ -271,7 +273,7 @@ def invar_ctx_rep(invar, model, threads, dec_tokens, short, long_prompt, kv_mb):
     reqs = [{"id": "W0", "prompt": short()[0], "max_tokens": 1, "ignore_eos": True},
             {"id": "L0", "prompt": long_prompt, "max_tokens": 1 + dec_tokens, "ignore_eos": True}]
     cmd = [invar, "batch", "--model", model, "--threads", str(threads), "--max-batch", "1",
-           "--max-batch-tokens", str(PP_TOKENS), "--kv-mem-mb", str(kv_mb), "--timing"]
+           "--max-batch-tokens", str(PP_TOKENS), "--kv-mem-mb", str(kv_mb), "--kv-type", kv_type, "--timing"]
     res = {r["id"]: r for r, _ in run_timed(cmd, "".join(json.dumps(r) + "\n" for r in reqs))}
     if any("error" in r for r in res.values()):
         raise RuntimeError(f"invar request failed: {res}")
@@ -438,7 +440,7 @@ def bench_single(args, invar, name, path, threads_list, exact, results):
             log(line)
     for r in llama.values():
         r.close()
-    add_single_results(results, name, inv, lla, threads_list)
+    add_single_results(results, name, [("invar", inv), ("llama.cpp", lla)], threads_list)
 
 
 def kv_bytes_per_position(path, elem_bytes):
@@ -456,12 +458,18 @@ def kv_bytes_per_position(path, elem_bytes):
     return field("block_count") * 2 * kv * hd * elem_bytes
 
 
+# invar's KV cache types (--kv-types): element bytes and the engine name of their rows.
+KV_TYPES = {"f32": (4, "invar"), "f16": (2, "invar-kvf16")}
+
+
 def bench_ctx(args, invar, name, path, threads_list, exact, results):
     """Long context (--ctx-tokens N): prefill of an N-token prompt and decode of --tokens
-    more at that context, every thread count, invar and llama.cpp interleaved."""
+    more at that context, every thread count, invar (once per --kv-types cache type) and
+    llama.cpp interleaved."""
     n = args.ctx_tokens
+    kv_types = args.kv_types.split(",")
     kv_mb = int(kv_bytes_per_position(path, 4) * (n + args.tokens + 64) / (1 << 20)) + 64
-    inv = {t: {"pp": [], "tg": []} for t in threads_list}
+    invs = {kt: {t: {"pp": [], "tg": []} for t in threads_list} for kt in kv_types}
     lla = {t: {"pp": [], "tg": []} for t in threads_list}
     llama = {}
     if not args.skip_llama:
@@ -471,10 +479,12 @@ def bench_ctx(args, invar, name, path, threads_list, exact, results):
     for rep in range(args.reps):
         for t in threads_list:
             lp = exact(n)
-            pp_s, dec_s = invar_ctx_rep(invar, path, t, args.tokens, lambda: exact(SHORT_PROMPT), lp[0], kv_mb)
-            inv[t]["pp"].append(n / pp_s)
-            inv[t]["tg"].append(args.tokens / dec_s)
-            line = f"  {name} ctx {n} t={t} rep {rep + 1}: invar pp {inv[t]['pp'][-1]:.1f} tg {inv[t]['tg'][-1]:.2f}"
+            line = f"  {name} ctx {n} t={t} rep {rep + 1}:"
+            for kt, inv in invs.items():
+                pp_s, dec_s = invar_ctx_rep(invar, path, t, args.tokens, lambda: exact(SHORT_PROMPT), lp[0], kv_mb, kt)
+                inv[t]["pp"].append(n / pp_s)
+                inv[t]["tg"].append(args.tokens / dec_s)
+                line += f" invar kv {kt} pp {inv[t]['pp'][-1]:.1f} tg {inv[t]['tg'][-1]:.2f}"
             if llama:
                 pp_s, dec_s, steps = llama[t].prefill_decode(exact(n)[1], args.tokens, args.llama_cap)
                 lla[t]["pp"].append(n / pp_s)
@@ -483,7 +493,8 @@ def bench_ctx(args, invar, name, path, threads_list, exact, results):
             log(line)
     for r in llama.values():
         r.close()
-    add_single_results(results, name, inv, lla, threads_list, ctx=n)
+    engines = [(KV_TYPES[kt][1], d) for kt, d in invs.items()] + [("llama.cpp", lla)]
+    add_single_results(results, name, engines, threads_list, ctx=n)
 
 
 def bench_aggregate(args, invar, name, path, threads, n_seq, exact, results):
@@ -570,6 +581,9 @@ def summarise(results, models, bw, threads_list, ns, fma=None, macs=None, int8=N
                 b = find(results, model=name, engine="llama.cpp", threads=t, test=test)
                 row = {"model": name, "test": f"pp{c}" if test.startswith("pp") else f"tg @{c}", "threads": t,
                        "invar": a, "llama.cpp": b, "ratio": ratio(a, b)}
+                h = find(results, model=name, engine="invar-kvf16", threads=t, test=test)
+                if h is not None:  # the f16 KV cache (--kv-types): its figure and f16/f32
+                    row["invar_kvf16"], row["kvf16_over_f32"] = h, ratio(h, a)
                 if test.startswith("tg"):
                     # Each engine's own bytes per step: the weights plus its KV cache at c
                     # positions (invar float32, llama.cpp f16).
@@ -656,7 +670,9 @@ def print_table(rows, goals, bw, models, fma=None, macs=None, int8=None):
               f"{fmt(r['ratio'], '.2f'):>6} {pct(r.get('invar_bw_fraction')):>9} "
               f"{pct(r.get('llama_bw_fraction')):>9} "
               f"{pct(r.get('invar_fma_fraction', r.get('invar_int8_fraction'))):>11} "
-              f"{pct(r.get('llama_fma_fraction', r.get('llama_int8_fraction'))):>11}")
+              f"{pct(r.get('llama_fma_fraction', r.get('llama_int8_fraction'))):>11}"
+              + (f"  invar kv f16 {fmt(r['invar_kvf16'])} (f16/f32 {fmt(r['kvf16_over_f32'], '.2f')})"
+                 if r.get("invar_kvf16") is not None else ""))
     print("(%bw: decode against the streaming-read bound; %peak: prefill against the float32 FMA "
           "peak (float weights) or the int8 dot-product peak (quantised weights))")
     print()
@@ -763,6 +779,8 @@ def main():
     ap.add_argument("--ctx-tokens", type=int, default=0, metavar="N",
                     help="also measure long context: prefill of an N-token prompt and decode of "
                          "--tokens more at that context (e.g. 4096)")
+    ap.add_argument("--kv-types", default="f32", metavar="f32,f16",
+                    help="with --ctx-tokens: invar's KV cache types to measure (default f32)")
     ap.add_argument("--ctx-only", action="store_true",
                     help="with --ctx-tokens: skip the pp512 / short-context decode runs")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results"))
@@ -780,6 +798,8 @@ def main():
     args.reps = args.reps or (3 if args.quick else 5)
     args.tokens = args.tokens or (32 if args.quick else 128)
     threads_list = sorted(int(t) for t in args.threads.split(","))
+    if any(k not in KV_TYPES for k in args.kv_types.split(",")):
+        sys.exit(f"--kv-types takes a comma-separated subset of {','.join(KV_TYPES)}")
     ns = [int(n) for n in (args.concurrency or ("1,16,64" if args.quick else "1,4,16,64")).split(",")]
     invar = os.path.abspath(args.invar)
     if not os.access(invar, os.X_OK):
@@ -878,7 +898,7 @@ def main():
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "load_average_start": load0, "load_average_end": load1,
         "invar_commit": commit, "invar_binary": invar, "llama_cpp_python": llama_version,
-        "settings": {"reps": args.reps, "ctx_tokens": args.ctx_tokens, "ctx_only": args.ctx_only, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
+        "settings": {"reps": args.reps, "ctx_tokens": args.ctx_tokens, "kv_types": args.kv_types, "ctx_only": args.ctx_only, "decode_tokens": args.tokens, "pp_tokens": PP_TOKENS,
                      "short_prompt_tokens": SHORT_PROMPT, "threads": threads_list, "concurrency": ns,
                      "llama_cpp": "n_batch=n_ubatch=512 (>= N), flash_attn on, kv_unified off, greedy argmax",
                      "llama_decode_cap_s": args.llama_cap},

@@ -134,6 +134,12 @@ void invar_sampling_default(invar_sampling *s);
  * bf16 (quantised GGUF types are dequantised at load), KV cache and sampling stay there. */
 typedef enum { INVAR_DEVICE_CPU = 0, INVAR_DEVICE_CUDA = 1 } invar_device;
 
+/* The CPU KV cache's element type. F16: IEEE halves, rounded to nearest even once when a
+ * position is stored and widened exactly when read: half the memory per block (kv_mem_mb
+ * holds twice the blocks), the same invariance (a position's stored bits depend on its own
+ * K/V alone). The CUDA backend keeps its own cache and refuses F16. */
+typedef enum { INVAR_KV_F32 = 0, INVAR_KV_F16 = 1 } invar_kv_type;
+
 typedef struct {
     int32_t n_threads;          /* 0 = number of online CPUs */
     int32_t max_batch;          /* sequences per step (default 16) */
@@ -156,6 +162,7 @@ typedef struct {
                                    default: CPU 4 (a forward of 2, 3, 4 tokens costs about 1.3,
                                    1.5, 1.6 one-token forwards, of 5 already 2.3: drafts pay
                                    only for one to three sequences), CUDA 64 (untuned) */
+    invar_kv_type kv_type;      /* the KV cache's elements (default INVAR_KV_F32) */
 } invar_engine_config;
 void invar_engine_config_default(invar_engine_config *c);
 

@@ -10,6 +10,11 @@ int backend_create(invar_device device, model *m, const backend_opts *o, backend
         snprintf(err, errlen, "backend: bad sizes");
         return -1;
     }
+    if (device == INVAR_DEVICE_CUDA && o->kv_type != ATTN_KV_F32) {
+        /* the GPU's KV cache is its own (docs/cuda.md); kv_type sizes only the CPU's */
+        snprintf(err, errlen, "kv_type f16 is for the CPU backend: the CUDA backend keeps its own KV cache format");
+        return -1;
+    }
     switch (device) {
     case INVAR_DEVICE_CPU: return backend_cpu_create(m, o, out, err, errlen);
     case INVAR_DEVICE_CUDA: return backend_cuda_create(m, o, out, err, errlen);

@@ -16,6 +16,7 @@
 #define INVAR_BACKEND_H
 #include <stddef.h>
 #include <stdint.h>
+#include "kernels/cpu/attention.h"
 #include "model/batch.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -28,6 +29,8 @@ typedef struct {
     int32_t cuda_device;    /* CUDA device ordinal */
     bool cuda_gemm_cublas;  /* CUDA only: cuBLAS GEMMs, fast and NOT batch-invariant */
     bool cuda_graphs;       /* CUDA only: decode steps replay graphs captured with the KV cache */
+    attn_kv_type kv_type;   /* CPU only: the KV cache's elements (f32 or f16: attention.h); the
+                               CUDA backend keeps a cache of its own and refuses f16 */
 } backend_opts;
 
 /* One row of a sampling request: which request parameters, at which absolute position,
@@ -99,6 +102,9 @@ int backend_cpu_set_attention(backend *b, attn_split_mode mode);
  * (seed, position + i), so a sampled token depends on its row's place in the step. -1 for
  * a backend that is not the CPU's. */
 int backend_cpu_set_draw_by_row(backend *b, bool on);
+/* NEGATIVE CONTROL, tests only: an f16 cache stores the K/V of odd-sized forwards rounded
+ * toward zero (fwd_state_set_kv_round_by_batch). -1 for a backend that is not the CPU's. */
+int backend_cpu_set_kv_round_by_batch(backend *b, bool on);
 /* Tests only: how a MoE model combines a token's experts (MOE_COMBINE_BY_LOAD, model/moe.h,
  * is a negative control). -1 for a backend that is not the CPU's or a dense model. */
 int backend_cpu_set_moe_combine(backend *b, moe_combine_mode mode);

@@ -1,5 +1,5 @@
 /* The CPU backend: the ragged forward pass of model/forward.c on the CPU kernels, float32
- * KV pools, and the sampler run over the thread pool. */
+ * or float16 KV pools (backend_opts.kv_type), and the sampler run over the thread pool. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +36,11 @@ static void cpu_destroy(backend *b) {
     free(c);
 }
 
-static size_t cpu_kv_bytes_per_block(const backend *b) { return kv_bytes_per_block(&b->m->cfg); }
+static size_t cpu_kv_bytes_per_block(const backend *b) { return kv_bytes_per_block(&b->m->cfg, b->opts.kv_type); }
 
 static int cpu_kv_create(backend *b, int64_t n_blocks, backend_kv **out) {
     backend_kv *kv = calloc(1, sizeof *kv);
-    if (!kv || kv_storage_init(&kv->s, &b->m->cfg, n_blocks)) {
+    if (!kv || kv_storage_init(&kv->s, &b->m->cfg, n_blocks, b->opts.kv_type)) {
         free(kv);
         snprintf(b->error, sizeof b->error, "cannot allocate %lld KV blocks", (long long)n_blocks);
         return -1;
@@ -177,6 +177,12 @@ const uint64_t *backend_cpu_moe_counts_seen(backend *b) {
 
 int backend_cpu_set_mla_prefill_plain(backend *b, bool on) {
     return b->ops == &cpu_ops ? fwd_state_set_mla_prefill_plain(cpu(b)->fwd, on) : -1;
+}
+
+int backend_cpu_set_kv_round_by_batch(backend *b, bool on) {
+    if (b->ops != &cpu_ops) return -1;
+    fwd_state_set_kv_round_by_batch(cpu(b)->fwd, on);
+    return 0;
 }
 
 int backend_cpu_set_draw_by_row(backend *b, bool on) {

@@ -17,7 +17,7 @@ const char *cli_model_path(const char *opt);
 invar_model *cli_load_model(const char *opt_path);
 
 /* Engine options shared by every command that generates: handles --threads, --max-batch,
- * --max-batch-tokens, --n-ctx, --kv-mem-mb, --device, --cuda-device, --cuda-gemm, --cuda-graphs; returns 1 if it consumed the option, 0 if
+ * --max-batch-tokens, --n-ctx, --kv-mem-mb, --kv-type, --device, --cuda-device, --cuda-gemm, --cuda-graphs; returns 1 if it consumed the option, 0 if
  * not one of these, -1 on a bad value. */
 int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
 #define CLI_ENGINE_HELP \
@@ -26,6 +26,8 @@ int cli_engine_opt(invar_engine_config *c, const char *name, const char *val);
     "  --max-batch-tokens N   tokens per forward step, decodes + prefill chunks (default 512)\n" \
     "  --n-ctx N              per-sequence context limit (default: the model's)\n" \
     "  --kv-mem-mb N          KV-cache memory budget in MiB (default 1024)\n" \
+    "  --kv-type f32|f16      KV-cache elements (default f32; f16: twice the blocks in the budget,\n" \
+    "                         rounded once when stored; CPU only)\n" \
     "  --device cpu|cuda      where the model runs (default cpu; cuda: an sm_90 GPU, weights as bf16)\n" \
     "  --cuda-device N        GPU ordinal (default 0)\n" \
     "  --cuda-gemm invariant|cublas  cublas: faster GEMMs that are NOT batch-invariant (to measure\n" \

@@ -96,8 +96,18 @@ static int device_opt(invar_engine_config *c, const char *name, const char *val)
     return 0;
 }
 
+/* --kv-type f32|f16. */
+static int kv_type_opt(invar_engine_config *c, const char *name, const char *val) {
+    if (strcmp(name, "kv-type")) return 0;
+    if (val && !strcmp(val, "f32")) c->kv_type = INVAR_KV_F32;
+    else if (val && !strcmp(val, "f16")) c->kv_type = INVAR_KV_F16;
+    else return fprintf(stderr, "invar: --kv-type needs f32 or f16, got '%s'\n", val ? val : ""), -1;
+    return 1;
+}
+
 int cli_engine_opt(invar_engine_config *c, const char *name, const char *val) {
     int d = device_opt(c, name, val);
+    if (!d) d = kv_type_opt(c, name, val);
     if (d) return d;
     int64_t v;
     struct { const char *name; int64_t lo, hi; } opts[] = {

@@ -6,7 +6,8 @@
 #include "common/float_format.h"
 
 static const char *HELP =
-    "usage: invar score [--model PATH] [--threads N] [--device cpu|cuda] PROMPT CONTINUATION\n"
+    "usage: invar score [--model PATH] [--threads N] [--device cpu|cuda] [--kv-type f32|f16]\n"
+    "                   PROMPT CONTINUATION\n"
     "       invar score [--model PATH] --prompt-ids 1,2,3 --continuation-ids 4,5\n"
     "\n"
     "Prints {\"prompt_tokens\", \"token_ids\", \"logprobs\"} for the continuation's tokens, computed\n"
@@ -15,11 +16,11 @@ static const char *HELP =
     "exactly 1).\n"
     "PROMPT is tokenized with special tokens parsed (BOS per the model); CONTINUATION without BOS.\n";
 
-/* On the CPU the model-level path; elsewhere through an engine on that device (the same
- * forward the engine samples with there). */
+/* On the CPU with an f32 cache the model-level path; elsewhere through an engine on that
+ * device and cache type (the same forward the engine samples with there). */
 static int score(invar_model *m, invar_engine_config *cfg, int32_t threads, int32_t *const ids[2],
                  const int64_t n[2], float *lp, char *err, size_t errlen) {
-    if (cfg->device == INVAR_DEVICE_CPU) return invar_score(m, ids[0], n[0], ids[1], n[1], threads, lp, err, errlen);
+    if (cfg->device == INVAR_DEVICE_CPU && cfg->kv_type == INVAR_KV_F32) return invar_score(m, ids[0], n[0], ids[1], n[1], threads, lp, err, errlen);
     cfg->n_threads = threads;
     cfg->max_batch = 1;
     cfg->kv_blocks = 1; /* scoring allocates its own KV */
@@ -51,7 +52,7 @@ int cmd_score(int argc, char **argv) {
         else if (!strcmp(a, "--continuation-ids")) ids_opt[1] = v;
         else if (!strcmp(a, "--threads") && parse_i64(v, 1, 256, &threads)) {}
         else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device") || !strcmp(a, "--cuda-gemm") ||
-                 !strcmp(a, "--cuda-graphs")) {
+                 !strcmp(a, "--cuda-graphs") || !strcmp(a, "--kv-type")) {
             if (cli_engine_opt(&cfg, a + 2, v) < 0) return EXIT_USAGE;
         } else { fprintf(stderr, "invar score: bad option '%s'\n", a); return EXIT_USAGE; }
     }

@@ -11,7 +11,7 @@ static const char *TOKENIZE_HELP =
 
 static const char *LOGITS_HELP =
     "usage: invar logits [--model PATH] --tokens 1,2,3 --out FILE [--chunk N] [--threads N]\n"
-    "                    [--device cpu|cuda]\n"
+    "                    [--device cpu|cuda] [--kv-type f32|f16]\n"
     "Writes the raw float32 logits of every position, row-major [n_tokens][n_vocab], to FILE.\n"
     "--chunk N feeds the sequence N tokens at a time (the bits must not change).\n";
 
@@ -56,10 +56,10 @@ int32_t *parse_id_list(const char *s, int64_t *n) {
     return ids;
 }
 
-/* The CPU's model-level path, or an engine's backend on another device. */
+/* The CPU's model-level path (f32 cache), or an engine's backend on another device or cache type. */
 static int device_logits(invar_model *m, invar_engine_config *cfg, const int32_t *ids, int64_t n, int64_t chunk,
                          int32_t threads, float *out, char *err, size_t errlen) {
-    if (cfg->device == INVAR_DEVICE_CPU) return invar_model_logits(m, ids, n, chunk, threads, out, err, errlen);
+    if (cfg->device == INVAR_DEVICE_CPU && cfg->kv_type == INVAR_KV_F32) return invar_model_logits(m, ids, n, chunk, threads, out, err, errlen);
     cfg->n_threads = threads;
     cfg->max_batch = 1;
     cfg->kv_blocks = 1; /* the sequence gets KV storage of its own */
@@ -85,7 +85,7 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--out")) out_path = v;
         else if (!strcmp(a, "--chunk") && parse_i64(v, 1, 1 << 24, &chunk)) {}
         else if (!strcmp(a, "--threads") && parse_i64(v, 1, 256, &threads)) {}
-        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device")) {
+        else if (!strcmp(a, "--device") || !strcmp(a, "--cuda-device") || !strcmp(a, "--kv-type")) {
             if (cli_engine_opt(&cfg, a + 2, v) < 0) return EXIT_USAGE;
         } else { fprintf(stderr, "invar logits: bad option '%s %s'\n", a, v); return EXIT_USAGE; }
     }

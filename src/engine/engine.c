@@ -125,7 +125,8 @@ struct invar_engine {
 void invar_engine_config_default(invar_engine_config *c) {
     *c = (invar_engine_config){.n_threads = 0, .max_batch = 16, .max_batch_tokens = 512, .n_ctx = 0,
                                .kv_mem_mb = 1024, .kv_blocks = 0, .no_prefix_cache = false,
-                               .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false, .cuda_no_graphs = false};
+                               .device = INVAR_DEVICE_CPU, .cuda_device = 0, .cuda_gemm_cublas = false, .cuda_no_graphs = false,
+                               .kv_type = INVAR_KV_F32};
 }
 
 static void publish_stats(invar_engine *e);
@@ -154,6 +155,7 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     if (cfg.max_batch_tokens < cfg.max_batch) cfg.max_batch_tokens = cfg.max_batch;
     if (cfg.kv_mem_mb <= 0 && cfg.kv_blocks <= 0) FAIL("kv_mem_mb must be > 0");
     if (cfg.spec_step_tokens < 0) FAIL("spec_step_tokens must be >= 0");
+    if (cfg.kv_type != INVAR_KV_F32 && cfg.kv_type != INVAR_KV_F16) FAIL("kv_type must be f32 or f16");
     if (cfg.spec_step_tokens == 0) cfg.spec_step_tokens = cfg.device == INVAR_DEVICE_CUDA ? 64 : 4;
     e->im = im;
     e->cfg = cfg;
@@ -166,7 +168,8 @@ int invar_engine_create(invar_model *im, const invar_engine_config *cfg_in, inva
     e->max_logits = max_logits;
     backend_opts bo = {.n_threads = cfg.n_threads, .max_tokens = cfg.max_batch_tokens, .max_logits = max_logits,
                        .cuda_device = cfg.cuda_device, .cuda_gemm_cublas = cfg.cuda_gemm_cublas,
-                       .cuda_graphs = !cfg.cuda_no_graphs};
+                       .cuda_graphs = !cfg.cuda_no_graphs,
+                       .kv_type = cfg.kv_type == INVAR_KV_F16 ? ATTN_KV_F16 : ATTN_KV_F32};
     char berr[200];
     e->be_opts = bo;
     if (backend_create(cfg.device, im->m, &bo, &e->be, berr, sizeof berr)) FAIL("%s", berr);

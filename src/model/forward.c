@@ -17,6 +17,7 @@ struct fwd_state {
     void *scratch;
     matmul_fn matmul;
     attn_split_mode attn_split; /* ATTN_SPLIT_INVARIANT but in negative controls */
+    bool kv_round_by_batch;     /* the negative control of fwd_state_set_kv_round_by_batch */
     moe_state *moe;             /* routed layers' buffers, or NULL for a dense model */
     mla_state *mla;             /* MLA's buffers (deepseek2), or NULL */
     float *shared;              /* [T][n_embd] the shared experts' output (deepseek2) */
@@ -29,6 +30,7 @@ int fwd_state_set_moe_combine(fwd_state *s, moe_combine_mode mode) {
     moe_state_set_combine(s->moe, mode);
     return 0;
 }
+void fwd_state_set_kv_round_by_batch(fwd_state *s, bool on) { s->kv_round_by_batch = on; }
 const uint64_t *fwd_state_moe_counts_seen(const fwd_state *s) { return s->moe ? moe_counts_seen(s->moe) : NULL; }
 int fwd_state_set_mla_prefill_plain(fwd_state *s, bool on) {
     if (!s->mla) return -1;
@@ -45,26 +47,28 @@ static int64_t kv_dim_v_stored(const model_config *c) {
     return kv_layout_of(c) == ATTN_KV_LATENT ? 0 : c->n_head_kv * c->head_dim_v;
 }
 
-size_t kv_bytes_per_block(const model_config *c) {
-    return (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim + kv_dim_v_stored(c)) * sizeof(float);
+size_t kv_bytes_per_block(const model_config *c, attn_kv_type type) {
+    return (size_t)c->n_layer * KV_BLOCK * (size_t)(c->n_head_kv * c->head_dim + kv_dim_v_stored(c)) *
+           attn_kv_type_size(type);
 }
 
 /* Zeroed, 64-byte aligned (kernel vectors never straddle cache lines), and still lazily
  * backed by the OS like calloc: pages are only touched when a block is first used. */
-static float *calloc_aligned64(size_t n, void **raw) {
-    *raw = calloc(n * sizeof(float) + 64, 1);
+static void *calloc_aligned64(size_t bytes, void **raw) {
+    *raw = calloc(bytes + 64, 1);
     if (!*raw) return NULL;
-    return (float *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
+    return (void *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
 }
 
-int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks) {
+int kv_storage_init(kv_storage *s, const model_config *c, int64_t n_blocks, attn_kv_type type) {
     memset(s, 0, sizeof *s);
     s->n_blocks = n_blocks;
     s->n_layer = c->n_layer;
     s->layout = kv_layout_of(c);
+    s->type = type;
     s->kv_dim = c->n_head_kv * c->head_dim;
     s->kv_dim_v = kv_dim_v_stored(c);
-    size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK;
+    size_t n = (size_t)c->n_layer * (size_t)n_blocks * KV_BLOCK * attn_kv_type_size(type);
     s->k = calloc_aligned64(n * (size_t)s->kv_dim, &s->k_raw);
     if (s->kv_dim_v) s->v = calloc_aligned64(n * (size_t)s->kv_dim_v, &s->v_raw);
     if (!s->k || (s->kv_dim_v && !s->v)) {
@@ -79,6 +83,12 @@ void kv_storage_free(kv_storage *s) {
     free(s->v_raw);
     s->k = s->v = NULL;
     s->k_raw = s->v_raw = NULL;
+}
+
+attn_kv kv_layer_view(const kv_storage *s, int64_t il, int64_t n_kv_heads, int64_t head_dim_v) {
+    const size_t layer = (size_t)il * (size_t)s->n_blocks * KV_BLOCK * attn_kv_type_size(s->type);
+    char *k = (char *)s->k + layer * (size_t)s->kv_dim, *v = s->v ? (char *)s->v + layer * (size_t)s->kv_dim_v : NULL;
+    return (attn_kv){k, v, NULL, n_kv_heads, s->kv_dim / n_kv_heads, head_dim_v, s->layout, s->type};
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -166,6 +176,7 @@ typedef struct {
     const fwd_batch *b;
     int64_t il;
     int64_t n_tasks; /* row tasks: s->row_cuts[i] .. s->row_cuts[i + 1] */
+    attn_kv_rounding kv_round; /* ATTN_KV_ROUND_NEAREST but in a negative control */
 } rows_ctx;
 
 static void for_each_row(threadpool *tp, rows_ctx *c, rows_fn row) {
@@ -203,9 +214,9 @@ static void row_qkv(void *ctx, int64_t t) {
     const float *cs = c->m->rope_cs + (size_t)c->b->pos[t] * (size_t)cf->n_rot;
     row_rope(q, cf->n_head, hd, cf->n_rot, cs, cf->rope_neox);
     row_rope(k, cf->n_head_kv, hd, cf->n_rot, cs, cf->rope_neox);
-    const size_t layer = (size_t)c->il * (size_t)c->kv->n_blocks * KV_BLOCK * (size_t)kvd;
-    attn_kv view = {c->kv->k + layer, c->kv->v + layer, c->b->block_tables[t], cf->n_head_kv, hd, hd, ATTN_KV_SEPARATE};
-    attn_kv_store(&view, c->b->pos[t], k, v);
+    attn_kv view = kv_layer_view(c->kv, c->il, cf->n_head_kv, hd);
+    view.block_table = c->b->block_tables[t];
+    attn_kv_store_rounded(&view, c->b->pos[t], k, v, c->kv_round);
     c->s->jobs[t] = (attn_job){q, c->s->attn + t * qd, view, c->b->pos[t]};
 }
 
@@ -245,7 +256,7 @@ static void matmuls_on(fwd_state *s, threadpool *tp, int nw, const cpu_weight *c
 static void attention_block_mla(const model *m, fwd_state *s, threadpool *tp, rows_ctx *rc, int64_t il) {
     const model_config *c = &m->cfg;
     const int64_t T = rc->b->n_tokens, od = c->n_head * c->mla.v_dim;
-    mla_args a = {m, il, tp, rc->kv, rc->b, s->row_cuts, rc->n_tasks, s->matmul, s->scratch, s->attn_split};
+    mla_args a = {m, il, tp, rc->kv, rc->b, s->row_cuts, rc->n_tasks, s->matmul, s->scratch, s->attn_split, rc->kv_round};
     mla_attention(s->mla, &a, s->xn, s->attn);
     s->matmul(tp, &m->layers[il].wo, s->attn, T, od, s->xn, c->n_embd, s->scratch);
     for_each_row(tp, rc, row_attn_residual);
@@ -329,7 +340,9 @@ int model_forward(const model *m, fwd_state *s, threadpool *tp, kv_storage *kv, 
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab) return -1;
         if (b->pos[t] < 0 || b->pos[t] >= m->rope_len) return -1;
     }
-    rows_ctx rc = {m, s, kv, b, 0, rows_cut(T, b->pos, b->block_tables, s->row_cuts)};
+    /* (the negative control: the rounding follows the forward's token count) */
+    const attn_kv_rounding round = s->kv_round_by_batch && T % 2 ? ATTN_KV_ROUND_TOWARD_ZERO : ATTN_KV_ROUND_NEAREST;
+    rows_ctx rc = {m, s, kv, b, 0, rows_cut(T, b->pos, b->block_tables, s->row_cuts), round};
     for_each_row(tp, &rc, row_embed);
     for (int64_t il = 0; il < c->n_layer; il++) {
         rc.il = il;

@@ -74,7 +74,7 @@ static void row_latent(void *ctx, int64_t t) {
     row_rope(kv + R, 1, cf->n_rot, cf->n_rot, cs, cf->rope_neox);
     attn_kv view = c->view;
     view.block_table = c->a->b->block_tables[t];
-    attn_kv_store(&view, c->a->b->pos[t], kv, NULL); /* V is its first kv_lora floats, c_kv: not stored again */
+    attn_kv_store_rounded(&view, c->a->b->pos[t], kv, NULL, c->a->kv_round); /* V is its first kv_lora floats, c_kv: not stored again */
 }
 
 /* Each head's q_pe rope'd and placed after its absorbed part; the row's attention job. */
@@ -181,10 +181,8 @@ void mla_attention(mla_state *s, const mla_args *a, const float *xn, float *out)
     const layer_weights *L = &a->m->layers[a->il];
     const int64_t T = a->b->n_tokens, D = cf->n_embd, H = cf->n_head, R = cf->mla.kv_lora, rope = cf->n_rot;
     const int64_t qk = cf->mla.qk_nope + rope, ql = cf->mla.q_lora, vd = cf->mla.v_dim;
-    const kv_storage *kv = a->kv;
-    const size_t blocks = (size_t)a->il * (size_t)kv->n_blocks * KV_BLOCK;
     /* the latent layout: one row [c_kv, k_pe] per position, V read from its c_kv */
-    rows_ctx c = {s, a, {kv->k + blocks * (size_t)kv->kv_dim, NULL, NULL, 1, R + rope, R, ATTN_KV_LATENT}, out};
+    rows_ctx c = {s, a, kv_layer_view(a->kv, a->il, 1, R), out};
     /* x's two projections: the query (or its bottleneck) and the compressed KV */
     const cpu_weight *w[] = {ql ? &L->wq_a : &L->wq, &L->wkv_a};
     float *const y[] = {ql ? s->qa : s->q, s->kva};

@@ -36,6 +36,7 @@ typedef struct {
     matmul_fn mm;
     void *scratch; /* cpu_matmul_scratch_bytes for T rows of every MLA weight */
     attn_split_mode split;
+    attn_kv_rounding kv_round; /* ATTN_KV_ROUND_NEAREST but in a negative control */
 } mla_args;
 
 /* Layer il's attention of the T rows of xn (stride n_embd) into out [T][n_head v_dim]

@@ -21,6 +21,13 @@ static inline invar_model *fixture_model(void) {
     return m;
 }
 
+/* The KV cache type the engine suites run with: f16 under INVAR_TEST_KV_TYPE=f16 (their
+ * second ctest entries, *_kv_f16 in CMakeLists.txt), else f32. */
+static inline invar_kv_type fixture_kv_type(void) {
+    const char *t = getenv("INVAR_TEST_KV_TYPE");
+    return t && !strcmp(t, "f16") ? INVAR_KV_F16 : INVAR_KV_F32;
+}
+
 typedef struct {
     int32_t *ids;
     int64_t n;

@@ -6,7 +6,10 @@
  * the same check on the real kernel with split boundaries that follow the batch
  * (ATTN_SPLIT_BY_BATCH) fails. Row ops: the forward pass's row path (rows_run: many rows
  * in one call, spread over 2 or 3 threads) equals each row run alone; negative control: a
- * norm whose sum depends on the rows in the call fails the same check. */
+ * norm whose sum depends on the rows in the call fails the same check.
+ * Every attention check runs on both cache types (f32 and f16, kv_setup_*); the f16 cache's
+ * outputs also equal, bit for bit, an f32 cache's whose inputs were rounded to f16 first
+ * (its control: a cache that truncates instead, ATTN_KV_ROUND_TOWARD_ZERO, does not). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "formats/quant.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rowops.h"
 
@@ -34,20 +38,37 @@ static float frand(void) {
     return (float)((double)(rng_state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
+/* The cache type of the test running (a setup function picks it) and the rounding of
+ * the f16 stores (ATTN_KV_ROUND_TOWARD_ZERO only in the reference check's control). */
+static attn_kv_type g_kv_type;
+static attn_kv_rounding g_rounding = ATTN_KV_ROUND_NEAREST;
+static int kv_setup_f32(void **state) { (void)state; g_kv_type = ATTN_KV_F32; return 0; }
+static int kv_setup_f16(void **state) { (void)state; g_kv_type = ATTN_KV_F16; return 0; }
+
+/* What an f16 cache holds for x, in float (exact). */
+static float f16_rounded(float x) { return fp16_to_f32(f32_to_fp16(x)); }
+
 typedef struct {
-    float *k, *v;
+    void *k, *v;
     int32_t table[N_BLOCKS];
     attn_kv_layout layout;
+    attn_kv_type type;
+    int64_t n_kv, hd, hdv;
 } kv_fixture;
 
-/* Fills the pool so that logical position p holds the same K/V whatever block layout:
- * n_kv heads of hd key and hdv value floats (MLA's latent head: hdv < hd). ATTN_KV_LATENT
- * stores no V (the value is the key's first hdv floats; vals unused). */
+static attn_kv kv_view(const kv_fixture *f) {
+    return (attn_kv){f->k, f->v, f->table, f->n_kv, f->hd, f->hdv, f->layout, f->type};
+}
+
+/* Fills the pool (elements of g_kv_type) so that logical position p holds the same K/V
+ * whatever block layout: n_kv heads of hd key and hdv value floats (MLA's latent head: hdv
+ * < hd). ATTN_KV_LATENT stores no V (the value is the key's first hdv floats; vals unused). */
 static void kv_make_layout(kv_fixture *f, const float *keys, const float *vals, int shuffle, int64_t n_kv, int64_t hd,
                            int64_t hdv, attn_kv_layout layout) {
-    f->layout = layout;
-    f->k = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hd), sizeof(float));
-    f->v = layout == ATTN_KV_LATENT ? NULL : calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hdv), sizeof(float));
+    const size_t es = attn_kv_type_size(g_kv_type);
+    *f = (kv_fixture){.layout = layout, .type = g_kv_type, .n_kv = n_kv, .hd = hd, .hdv = hdv};
+    f->k = calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hd), es);
+    f->v = layout == ATTN_KV_LATENT ? NULL : calloc((size_t)N_BLOCKS * KV_BLOCK * (size_t)(n_kv * hdv), es);
     for (int b = 0; b < N_BLOCKS; b++) f->table[b] = b;
     if (shuffle)
         for (int b = N_BLOCKS - 1; b > 0; b--) {
@@ -56,8 +77,9 @@ static void kv_make_layout(kv_fixture *f, const float *keys, const float *vals, 
             f->table[b] = f->table[j];
             f->table[j] = t;
         }
-    attn_kv view = {f->k, f->v, f->table, n_kv, hd, hdv, layout};
-    for (int64_t p = 0; p < CTX; p++) attn_kv_store(&view, p, keys + p * n_kv * hd, vals + p * n_kv * hdv);
+    attn_kv view = kv_view(f);
+    for (int64_t p = 0; p < CTX; p++)
+        attn_kv_store_rounded(&view, p, keys + p * n_kv * hd, vals ? vals + p * n_kv * hdv : NULL, g_rounding);
 }
 
 /* The model's layout for a shape: the latent one where the value is narrower (MLA). */
@@ -97,7 +119,7 @@ static int64_t attention_mismatches_shape(const attn_shape *sh, attn_split_mode 
             /* odd m: runs of 3 jobs on one sequence (they share attention tiles, with
              * positions that differ and cross split edges); even m: alternating */
             kv_fixture *f = ((m & 1) ? (j / 3) & 1 : j & 1) ? &b : &a;
-            jobs[j] = (attn_job){q + j * qd, out + j * od, {f->k, f->v, f->table, nkv, hd, hdv, f->layout}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * od, kv_view(f), pos};
         }
         threadpool *tp = pools[m & 1];
         attn_run_split(tp, sh, jobs, m, mode);
@@ -105,7 +127,7 @@ static int64_t attention_mismatches_shape(const attn_shape *sh, attn_split_mode 
             attn_job alone = jobs[j];
             alone.out = ref;
             /* alone, 1 thread, always through the unshuffled layout */
-            alone.kv = (attn_kv){a.k, a.v, a.table, nkv, hd, hdv, a.layout};
+            alone.kv = kv_view(&a);
             attn_run_split(pools[0], sh, &alone, 1, mode);
             bad += memcmp(ref, out + j * od, sizeof(float) * (size_t)od) != 0;
             (*checked)++;
@@ -148,22 +170,12 @@ static void test_negative_control_split_by_batch(void **state) {
     assert_true(bad > checked / 2);
 }
 
-/* The latent layout (V read out of the transposed K block, stored once) against the
- * separate one holding the same values as a V pool of their own: the same bits for every
- * query, in tiles of several tokens of one sequence, across split edges, with and without
- * a scalar tail of the value row. With `perturb`, one stored value of position 3 differs
- * from its key, and the queries that see it must differ: the comparison reads V. Returns
- * the queries that differ. */
-static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *checked) {
-    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
-    const int64_t qd = sh->n_heads * hd, od = sh->n_heads * hdv;
-    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
-    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
-    for (int64_t p = 0; p < CTX * nkv; p++) memcpy(vals + p * hdv, keys + p * hd, sizeof(float) * (size_t)hdv);
-    if (perturb) vals[3 * nkv * hdv] += 0.25f;
-    kv_fixture lat, sep;
-    kv_make_layout(&lat, keys, NULL, 1, nkv, hd, hdv, ATTN_KV_LATENT);
-    kv_make_layout(&sep, keys, vals, 0, nkv, hd, hdv, ATTN_KV_SEPARATE);
+/* The same queries on two caches a and b: tiles of m = 1..40 tokens of one sequence at
+ * positions across split edges; a runs on pools[m % 2] (NULL pools: the caller's thread),
+ * b on pools[0]. Returns the queries whose outputs differ. */
+static int64_t caches_differ(const attn_shape *sh, const kv_fixture *a, const kv_fixture *b, threadpool *const *pools,
+                             int64_t *checked) {
+    const int64_t qd = sh->n_heads * sh->head_dim, od = sh->n_heads * sh->head_dim_v;
     enum { MAX_M = 40 };
     float *q = malloc(sizeof(float) * MAX_M * qd), *out = malloc(sizeof(float) * 2 * MAX_M * od);
     attn_job *jobs = malloc(sizeof(attn_job) * 2 * MAX_M);
@@ -173,16 +185,35 @@ static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *ch
         for (int64_t i = 0; i < m * qd; i++) q[i] = frand();
         for (int64_t j = 0; j < m; j++) {
             const int64_t pos = (j * 131 + m * 7) % CTX;
-            jobs[j] = (attn_job){q + j * qd, out + j * od, {lat.k, NULL, lat.table, nkv, hd, hdv, ATTN_KV_LATENT}, pos};
-            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od,
-                                         {sep.k, sep.v, sep.table, nkv, hd, hdv, ATTN_KV_SEPARATE}, pos};
+            jobs[j] = (attn_job){q + j * qd, out + j * od, kv_view(a), pos};
+            jobs[MAX_M + j] = (attn_job){q + j * qd, out + (MAX_M + j) * od, kv_view(b), pos};
         }
-        attn_run(NULL, sh, jobs, m);
-        attn_run(NULL, sh, jobs + MAX_M, m);
+        attn_run(pools ? pools[m & 1] : NULL, sh, jobs, m);
+        attn_run(pools ? pools[0] : NULL, sh, jobs + MAX_M, m);
         for (int64_t j = 0; j < m; j++, (*checked)++)
             bad += memcmp(out + j * od, out + (MAX_M + j) * od, sizeof(float) * (size_t)od) != 0;
     }
-    free(keys), free(vals), free(q), free(out), free(jobs);
+    free(q), free(out), free(jobs);
+    return bad;
+}
+
+/* The latent layout (V read out of the transposed K block, stored once) against the
+ * separate one holding the same values as a V pool of their own: the same bits for every
+ * query, in tiles of several tokens of one sequence, across split edges, with and without
+ * a scalar tail of the value row. With `perturb`, one stored value of position 3 differs
+ * from its key, and the queries that see it must differ: the comparison reads V. Returns
+ * the queries that differ. */
+static int64_t latent_vs_separate(const attn_shape *sh, int perturb, int64_t *checked) {
+    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
+    float *keys = malloc(sizeof(float) * CTX * nkv * hd), *vals = malloc(sizeof(float) * CTX * nkv * hdv);
+    for (int64_t i = 0; i < CTX * nkv * hd; i++) keys[i] = frand() * 2.0f;
+    for (int64_t p = 0; p < CTX * nkv; p++) memcpy(vals + p * hdv, keys + p * hd, sizeof(float) * (size_t)hdv);
+    if (perturb) vals[3 * nkv * hdv] += 0.25f;
+    kv_fixture lat, sep;
+    kv_make_layout(&lat, keys, NULL, 1, nkv, hd, hdv, ATTN_KV_LATENT);
+    kv_make_layout(&sep, keys, vals, 0, nkv, hd, hdv, ATTN_KV_SEPARATE);
+    const int64_t bad = caches_differ(sh, &lat, &sep, NULL, checked);
+    free(keys), free(vals);
     free(lat.k), free(sep.k), free(sep.v);
     return bad;
 }
@@ -202,7 +233,53 @@ static void test_latent_layout_same_bits_as_separate(void **state) {
     }
 }
 
-/* Accuracy against a double-precision softmax on random data. */
+/* The f16 cache against its definition: the same queries (tiles of several tokens of a
+ * sequence, positions across split edges, 1 or 2 threads) on an f16 cache of the raw K/V
+ * (stored with `rounding`, shuffled blocks) and on an f32 cache of the K/V rounded to f16
+ * first. Returns the queries whose outputs differ. */
+static int64_t f16_vs_rounded_f32(const attn_shape *sh, attn_kv_rounding rounding, int64_t *checked) {
+    const int64_t nkv = sh->n_kv_heads, hd = sh->head_dim, hdv = sh->head_dim_v;
+    const int64_t nk = CTX * nkv * hd, nv = CTX * nkv * hdv;
+    float *keys = malloc(sizeof(float) * nk), *vals = malloc(sizeof(float) * nv);
+    float *rkeys = malloc(sizeof(float) * nk), *rvals = malloc(sizeof(float) * nv);
+    for (int64_t i = 0; i < nk; i++) keys[i] = frand() * 2.0f, rkeys[i] = f16_rounded(keys[i]);
+    for (int64_t i = 0; i < nv; i++) vals[i] = frand(), rvals[i] = f16_rounded(vals[i]);
+    const attn_kv_layout layout = hdv < hd ? ATTN_KV_LATENT : ATTN_KV_SEPARATE;
+    kv_fixture h, f;
+    g_kv_type = ATTN_KV_F16, g_rounding = rounding;
+    kv_make_layout(&h, keys, vals, 1, nkv, hd, hdv, layout);
+    g_kv_type = ATTN_KV_F32, g_rounding = ATTN_KV_ROUND_NEAREST;
+    kv_make_layout(&f, rkeys, rvals, 0, nkv, hd, hdv, layout);
+    threadpool *pools[2] = {threadpool_create(1), threadpool_create(2)};
+    const int64_t bad = caches_differ(sh, &h, &f, pools, checked);
+    threadpool_destroy(pools[0]), threadpool_destroy(pools[1]);
+    free(keys), free(vals), free(rkeys), free(rvals);
+    free(h.k), free(h.v), free(f.k), free(f.v);
+    return bad;
+}
+
+static void test_f16_cache_equals_f32_on_rounded_inputs(void **state) {
+    (void)state;
+    static const attn_shape tail = {3, 1, 44, 0.15f, 36};    /* latent, value row with a scalar tail */
+    static const attn_shape sep_tail = {4, 2, 40, 0.15f, 40}; /* separate V, a scalar tail */
+    const attn_shape *shapes[] = {&SHAPE, &LATENT, &tail, &sep_tail};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        int64_t checked, c2;
+        assert_int_equal(f16_vs_rounded_f32(shapes[i], ATTN_KV_ROUND_NEAREST, &checked), 0);
+        assert_true(checked > 250);
+        /* control: halves truncated instead of rounded to nearest */
+        const int64_t bad = f16_vs_rounded_f32(shapes[i], ATTN_KV_ROUND_TOWARD_ZERO, &c2);
+        printf("# control (f16 stored toward zero): %lld/%lld queries differ from the rounded f32 reference\n",
+               (long long)bad, (long long)c2);
+        assert_true(bad > c2 / 2);
+    }
+}
+
+/* What the cache under test holds for x. */
+static float held(float x) { return g_kv_type == ATTN_KV_F16 ? f16_rounded(x) : x; }
+
+/* Accuracy against a double-precision softmax on random data (on the values the cache
+ * holds: an f16 cache's rounding is the reference check's business, below). */
 static void test_attention_accuracy(void **state) {
     (void)state;
     int64_t kvd = N_KV * HD;
@@ -214,21 +291,22 @@ static void test_attention_accuracy(void **state) {
     for (int i = 0; i < N_HEADS * HD; i++) q[i] = frand();
     int64_t positions[] = {0, 1, 255, 256, 257, 511, 600, CTX - 1};
     for (size_t pi = 0; pi < sizeof positions / sizeof *positions; pi++) {
-        attn_job job = {q, out, {a.k, a.v, a.table, N_KV, HD, HD, a.layout}, positions[pi]};
+        attn_job job = {q, out, kv_view(&a), positions[pi]};
         attn_run(NULL, &SHAPE, &job, 1);
         for (int h = 0; h < N_HEADS; h++) {
             int kvh = h / (N_HEADS / N_KV);
             double *s = malloc(sizeof(double) * CTX), mx = -INFINITY, sum = 0;
             for (int64_t p = 0; p <= positions[pi]; p++) {
                 double d = 0;
-                for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * keys[p * kvd + kvh * HD + i];
+                for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * held(keys[p * kvd + kvh * HD + i]);
                 s[p] = d * SHAPE.scale;
                 if (s[p] > mx) mx = s[p];
             }
             for (int64_t p = 0; p <= positions[pi]; p++) sum += exp(s[p] - mx);
             for (int i = 0; i < HD; i++) {
                 double o = 0;
-                for (int64_t p = 0; p <= positions[pi]; p++) o += exp(s[p] - mx) / sum * vals[p * kvd + kvh * HD + i];
+                for (int64_t p = 0; p <= positions[pi]; p++)
+                    o += exp(s[p] - mx) / sum * held(vals[p * kvd + kvh * HD + i]);
                 assert_true(fabs(o - out[h * HD + i]) < 1e-5); /* fp32 accumulation over <= 700 terms */
             }
             free(s);
@@ -329,10 +407,15 @@ static void test_negative_control_norm_by_rows(void **state) {
 }
 
 int main(void) {
+/* The attention checks run once per cache type. */
+#define BOTH_KV_TYPES(fn) cmocka_unit_test_setup(fn, kv_setup_f32), cmocka_unit_test_setup(fn, kv_setup_f16)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_attention_batch_invariance),      cmocka_unit_test(test_attention_accuracy),
-        cmocka_unit_test(test_latent_layout_same_bits_as_separate),
-        cmocka_unit_test(test_negative_control_split_by_batch), cmocka_unit_test(test_row_ops_batch_invariance),
+        BOTH_KV_TYPES(test_attention_batch_invariance),
+        BOTH_KV_TYPES(test_attention_accuracy),
+        BOTH_KV_TYPES(test_latent_layout_same_bits_as_separate),
+        BOTH_KV_TYPES(test_negative_control_split_by_batch),
+        cmocka_unit_test(test_f16_cache_equals_f32_on_rounded_inputs),
+        cmocka_unit_test(test_row_ops_batch_invariance),
         cmocka_unit_test(test_negative_control_norm_by_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,11 @@
  * penalty history shared by the batch (invar_engine_testing_set_shared_history).
  * On a mixture-of-experts model (INVAR_MODEL a qwen3moe file, tests/python/test_moe.py) it
  * also checks that the tokens per expert really vary across the runs it compares, and its
- * control combines a token's experts in the order of their load in the batch. */
+ * control combines a token's experts in the order of their load in the batch.
+ * Both KV cache types: INVAR_TEST_KV_TYPE=f16 (test_engine_invariance_kv_f16) runs every
+ * engine on an f16 cache; that run's control stores the halves of odd-sized forwards
+ * rounded toward zero (backend_cpu_set_kv_round_by_batch) and must differ; the f32 run
+ * holds the other controls. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,7 +65,7 @@ static invar_sampling mode_sampling(int mode, int prompt) {
 
 /* The engine's real path, or one deliberately non-invariant part of it (the negative
  * controls): the matmul, the attention split or the sampler's draw. */
-typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW, SHARED_HISTORY, MOE_BY_LOAD } variant;
+typedef enum { REAL, SPLITK_BY_M, ATTN_BY_BATCH, DRAW_BY_ROW, SHARED_HISTORY, MOE_BY_LOAD, KV_ROUND_BY_BATCH } variant;
 
 /* MoE: per expert, the token counts (bit c-1: c tokens in one layer's forward) every run
  * saw, alone runs and batched runs apart (moe_counts_seen). */
@@ -77,6 +81,7 @@ static void make_variant(invar_engine *e, variant v) {
     case DRAW_BY_ROW: assert_int_equal(backend_cpu_set_draw_by_row(be, true), 0); break;
     case SHARED_HISTORY: invar_engine_testing_set_shared_history(e, true); break;
     case MOE_BY_LOAD: assert_int_equal(backend_cpu_set_moe_combine(be, MOE_COMBINE_BY_LOAD), 0); break;
+    case KV_ROUND_BY_BATCH: assert_int_equal(backend_cpu_set_kv_round_by_batch(be, true), 0); break;
     }
 }
 
@@ -136,6 +141,7 @@ static int check_batches(variant v, int n_prompts, const int *sizes, int n_trial
     invar_engine_config_default(&alone_cfg);
     alone_cfg.n_threads = 1;
     alone_cfg.max_batch = 1;
+    alone_cfg.kv_type = fixture_kv_type();
     run_out *ref = calloc((size_t)n_prompts * N_MODES, sizeof *ref);
     for (int i = 0; i < n_prompts * N_MODES; i++) {
         int p = i % n_prompts, smp = i / n_prompts, zero = 0;
@@ -166,6 +172,7 @@ static int check_batches(variant v, int n_prompts, const int *sizes, int n_trial
         cfg.max_batch = all_at_once ? n : 1 + rnd(n);
         static const int budgets[] = {7, 33, 64, 200, 512};
         cfg.max_batch_tokens = budgets[rnd(5)];
+        cfg.kv_type = fixture_kv_type();
         run_batch(prompt_of, sampled_of, order, n, &cfg, v, out);
         for (int i = 0; i < n; i++) {
             const int differs = !same(&out[i], &ref[sampled_of[i] * n_prompts + prompt_of[i]]);
@@ -245,9 +252,12 @@ static int control_mismatches(variant v, const char *what, int *greedy_bad, int 
     return mismatches;
 }
 
+/* The negative controls of the f32 run (an f16 run has its own, below). */
+static int f32_controls(void) { return !quick() && fixture_kv_type() == INVAR_KV_F32; }
+
 static void test_negative_control_splitk_by_batch_size(void **state) {
     (void)state;
-    if (quick()) skip(); /* the Release run holds the negative controls */
+    if (!f32_controls()) skip(); /* the Release run holds the negative controls */
     int greedy_bad, processed_bad;
     assert_true(control_mismatches(SPLITK_BY_M, "split-K by batch size", &greedy_bad, &processed_bad) > 0);
 }
@@ -255,7 +265,7 @@ static void test_negative_control_splitk_by_batch_size(void **state) {
 /* Attention whose split boundaries follow the number of tokens in the forward. */
 static void test_negative_control_attention_split_by_batch(void **state) {
     (void)state;
-    if (quick()) skip();
+    if (!f32_controls()) skip();
     int greedy_bad, processed_bad;
     assert_true(control_mismatches(ATTN_BY_BATCH, "attention split by batch", &greedy_bad, &processed_bad) > 0);
     assert_true(greedy_bad > 0); /* the logits themselves changed */
@@ -264,7 +274,7 @@ static void test_negative_control_attention_split_by_batch(void **state) {
 /* Draws keyed by the row's place in the step: only sampled requests can change. */
 static void test_negative_control_draw_by_row(void **state) {
     (void)state;
-    if (quick()) skip();
+    if (!f32_controls()) skip();
     int greedy_bad, processed_bad;
     assert_true(control_mismatches(DRAW_BY_ROW, "sampler draw by row index", &greedy_bad, &processed_bad) > 0);
     assert_int_equal(greedy_bad, 0);
@@ -274,7 +284,7 @@ static void test_negative_control_draw_by_row(void **state) {
  * requests with logits processing can change, and some of them must. */
 static void test_negative_control_shared_history(void **state) {
     (void)state;
-    if (quick()) skip();
+    if (!f32_controls()) skip();
     int greedy_bad, processed_bad;
     const int bad = control_mismatches(SHARED_HISTORY, "penalty history shared by the batch", &greedy_bad,
                                        &processed_bad);
@@ -286,9 +296,19 @@ static void test_negative_control_shared_history(void **state) {
  * the rounding follows which other tokens chose the same experts. Dense models: skipped. */
 static void test_negative_control_moe_combine_by_load(void **state) {
     (void)state;
-    if (quick() || !g_n_expert) skip();
+    if (!f32_controls() || !g_n_expert) skip();
     int greedy_bad, processed_bad;
     assert_true(control_mismatches(MOE_BY_LOAD, "experts combined in load order", &greedy_bad, &processed_bad) > 0);
+    assert_true(greedy_bad > 0); /* the logits themselves changed */
+}
+
+/* f16 cache: K/V of forwards with an odd number of tokens stored rounded toward zero, of
+ * the others to nearest: a position's cached bits then follow its batch. */
+static void test_negative_control_f16_rounding_by_batch(void **state) {
+    (void)state;
+    if (quick() || fixture_kv_type() != INVAR_KV_F16) skip();
+    int greedy_bad, processed_bad;
+    assert_true(control_mismatches(KV_ROUND_BY_BATCH, "f16 cache rounded by batch", &greedy_bad, &processed_bad) > 0);
     assert_true(greedy_bad > 0); /* the logits themselves changed */
 }
 
@@ -319,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_negative_control_draw_by_row),
         cmocka_unit_test(test_negative_control_shared_history),
         cmocka_unit_test(test_negative_control_moe_combine_by_load),
+        cmocka_unit_test(test_negative_control_f16_rounding_by_batch),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

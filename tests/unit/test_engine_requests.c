@@ -84,7 +84,7 @@ static invar_engine_config config(int32_t n_ctx, int64_t kv_mb) {
 }
 
 static int64_t blocks_in(int64_t kv_mb) {
-    return (int64_t)((size_t)kv_mb * 1024 * 1024 / kv_bytes_per_block(&g_model->m->cfg));
+    return (int64_t)((size_t)kv_mb * 1024 * 1024 / kv_bytes_per_block(&g_model->m->cfg, ATTN_KV_F32));
 }
 
 static int64_t blocks_for(int64_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
@@ -646,6 +646,43 @@ static void test_stats_readable_during_step(void **state) {
     assert_int_equal(after.tokens_generated, 4);
 }
 
+/* ---- the KV cache's element type ------------------------------------------------ */
+
+/* The same kv_mem_mb holds twice the blocks in f16, and the stats say so; an f16 engine
+ * generates; a bad kv_type and f16 on the CUDA device are refused with a message. */
+static void test_f16_cache_holds_twice_the_blocks(void **state) {
+    (void)state;
+    invar_engine_config c = config(0, 8);
+    invar_engine_stats st[2];
+    for (int t = 0; t < 2; t++) {
+        c.kv_type = t ? INVAR_KV_F16 : INVAR_KV_F32;
+        invar_engine *e = make_engine(&c);
+        invar_engine_get_stats(e, &st[t]);
+        invar_sampling s = greedy(4);
+        int64_t id = invar_engine_submit(e, slice(0, 8), 8, &s);
+        run_all(e, 20);
+        invar_result r;
+        assert_int_equal(invar_engine_result(e, id, &r), 0);
+        assert_int_equal(r.finish, INVAR_FINISH_LENGTH);
+        invar_engine_release(e, id);
+        invar_engine_free(e);
+    }
+    printf("# 8 MiB of KV: %lld f32 blocks, %lld f16 blocks\n", (long long)st[0].kv_blocks_total,
+           (long long)st[1].kv_blocks_total);
+    assert_int_equal(st[0].kv_blocks_total, blocks_in(8));
+    assert_int_equal(st[1].kv_blocks_total, 8 * 1024 * 1024 / kv_bytes_per_block(&g_model->m->cfg, ATTN_KV_F16));
+    assert_int_equal(st[1].kv_blocks_total, 2 * st[0].kv_blocks_total);
+    char err[256] = "";
+    invar_engine *e = NULL;
+    c.kv_type = (invar_kv_type)7;
+    assert_int_equal(invar_engine_create(g_model, &c, &e, err, sizeof err), -1);
+    assert_non_null(strstr(err, "kv_type"));
+    c.kv_type = INVAR_KV_F16;
+    c.device = INVAR_DEVICE_CUDA;
+    assert_int_equal(invar_engine_create(g_model, &c, &e, err, sizeof err), -1);
+    assert_non_null(strstr(err, "kv_type f16"));
+}
+
 /* ---- ids ------------------------------------------------------------------------ */
 
 static void test_unknown_and_released_ids(void **state) {
@@ -766,6 +803,7 @@ int main(void) {
         cmocka_unit_test(test_callback_each_token_once),
         cmocka_unit_test(test_cancel_from_callback),
         cmocka_unit_test(test_stats_readable_during_step),
+        cmocka_unit_test(test_f16_cache_holds_twice_the_blocks),
         cmocka_unit_test(test_unknown_and_released_ids),
         cmocka_unit_test(test_request_slots_stay_bounded),
         cmocka_unit_test(test_huge_max_tokens_stops_at_context),

@@ -15,6 +15,7 @@ MAX_TOP_LOGPROBS = 20
 
 FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ERROR, FINISH_CANCELLED = range(5)
 DEVICE_CPU, DEVICE_CUDA = 0, 1
+KV_F32, KV_F16 = 0, 1  # invar_kv_type
 GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
 
 
@@ -41,7 +42,7 @@ class EngineConfig(Structure):
     _fields_ = [("n_threads", c_int32), ("max_batch", c_int32), ("max_batch_tokens", c_int32), ("n_ctx", c_int32),
                 ("kv_mem_mb", c_int64), ("kv_blocks", c_int64), ("no_prefix_cache", c_bool), ("device", c_int),
                 ("cuda_device", c_int32), ("cuda_gemm_cublas", c_bool), ("cuda_no_graphs", c_bool),
-                ("draft_model", c_void_p), ("spec_step_tokens", c_int32)]
+                ("draft_model", c_void_p), ("spec_step_tokens", c_int32), ("kv_type", c_int)]
 
 
 class TokenInfo(Structure):

@@ -33,6 +33,9 @@ class LLM:
         kv_cache_mb: KV-cache memory budget in MiB.
         enable_prefix_caching: reuse the KV of shared prompt prefixes (never changes a bit).
         cuda_device: the GPU ordinal for device="cuda".
+        kv_cache_dtype: "float32" or "float16": the CPU KV cache's elements. float16 holds twice
+            the tokens in kv_cache_mb; each K/V value is rounded to f16 once when stored, so
+            results stay batch-invariant (they differ from float32's by that rounding).
 
     Raises:
         InvarError: the model or engine could not be set up (the engine's message).
@@ -40,11 +43,15 @@ class LLM:
 
     def __init__(self, model: str, device: str = "cpu", threads: Optional[int] = None, max_batch: int = 16,
                  max_batch_tokens: int = 512, max_model_len: Optional[int] = None, kv_cache_mb: int = 1024,
-                 enable_prefix_caching: bool = True, cuda_device: int = 0) -> None:
+                 enable_prefix_caching: bool = True, cuda_device: int = 0,
+                 kv_cache_dtype: str = "float32") -> None:
         self._model: Optional[int] = None
         self._engine: Optional[int] = None
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        kv_types = {"float32": _lib.KV_F32, "float16": _lib.KV_F16}
+        if kv_cache_dtype not in kv_types:
+            raise ValueError(f"kv_cache_dtype must be 'float32' or 'float16', got {kv_cache_dtype!r}")
         err = _lib.ErrBuf()
         m = ctypes.c_void_p()
         if _lib.lib.invar_model_load(str(model).encode(), ctypes.byref(m), err, _lib.ERR_LEN) != 0:
@@ -60,6 +67,7 @@ class LLM:
         cfg.no_prefix_cache = not enable_prefix_caching
         cfg.device = _lib.DEVICE_CUDA if device == "cuda" else _lib.DEVICE_CPU
         cfg.cuda_device = int(cuda_device)
+        cfg.kv_type = kv_types[kv_cache_dtype]
         e = ctypes.c_void_p()
         if _lib.lib.invar_engine_create(self._model, cfg, ctypes.byref(e), err, _lib.ERR_LEN) != 0:
             self.close()

@@ -2,28 +2,52 @@
  * ISA dispatch. The kernel itself is attention_kernel.h. */
 #include "kernels/cpu/attention.h"
 
+#include <math.h>
+
+#include "formats/quant.h"
 #include "kernels/cpu/vec16_kernels.h"
 
+/* The one rounding of an f16 cache: f32_to_fp16, nearest even. The negative control's
+ * truncation steps a half that rounded away from zero back by one. */
+static uint16_t kv_half(float x, attn_kv_rounding r) {
+    uint16_t h = f32_to_fp16(x);
+    if (r == ATTN_KV_ROUND_TOWARD_ZERO && (h & 0x7fffu) < 0x7c00u && fabsf(fp16_to_f32(h)) > fabsf(x)) h--;
+    return h;
+}
+
+static void kv_put(const attn_kv *kv, void *base, int64_t i, float x, attn_kv_rounding r) {
+    if (kv->type == ATTN_KV_F16) ((uint16_t *)base)[i] = kv_half(x, r);
+    else ((float *)base)[i] = x;
+}
+
+static float kv_get(const attn_kv *kv, const void *base, int64_t i) {
+    return kv->type == ATTN_KV_F16 ? fp16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
+    attn_kv_store_rounded(kv, p, k, v, ATTN_KV_ROUND_NEAREST);
+}
+
+void attn_kv_store_rounded(const attn_kv *kv, int64_t p, const float *k, const float *v, attn_kv_rounding r) {
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
-        float *kb = attn_k_block(kv, p, h);
-        for (int64_t d = 0; d < hd; d++) kb[d * KV_BLOCK + lane] = k[h * hd + d];
+        const int64_t kb = attn_k_block_at(kv, p, h);
+        for (int64_t d = 0; d < hd; d++) kv_put(kv, kv->k, kb + d * KV_BLOCK + lane, k[h * hd + d], r);
         if (kv->layout == ATTN_KV_LATENT) continue;
-        float *vr = attn_v_row(kv, p, h);
-        for (int64_t d = 0; d < hdv; d++) vr[d] = v[h * hdv + d];
+        const int64_t vr = attn_v_row_at(kv, p, h);
+        for (int64_t d = 0; d < hdv; d++) kv_put(kv, kv->v, vr + d, v[h * hdv + d], r);
     }
 }
 
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
-        const float *kb = attn_k_block(kv, p, h);
-        for (int64_t d = 0; d < hd; d++) k[h * hd + d] = kb[d * KV_BLOCK + lane];
+        const int64_t kb = attn_k_block_at(kv, p, h);
+        for (int64_t d = 0; d < hd; d++) k[h * hd + d] = kv_get(kv, kv->k, kb + d * KV_BLOCK + lane);
         if (kv->layout == ATTN_KV_LATENT)
-            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kb[d * KV_BLOCK + lane];
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kv_get(kv, kv->k, kb + d * KV_BLOCK + lane);
         else
-            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = attn_v_row(kv, p, h)[d];
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kv_get(kv, kv->v, attn_v_row_at(kv, p, h) + d);
     }
 }
 
@@ -41,7 +65,7 @@ typedef struct {
 } attn_ctx;
 
 static int same_cache(const attn_kv *a, const attn_kv *b) {
-    return a->k == b->k && a->v == b->v && a->block_table == b->block_table;
+    return a->k == b->k && a->v == b->v && a->block_table == b->block_table && a->type == b->type;
 }
 
 static void attn_task(void *p, int64_t t) {

@@ -10,6 +10,7 @@
  * recompute give the same bits, on every ISA (attention_kernel.h). */
 #ifndef INVAR_ATTENTION_H
 #define INVAR_ATTENTION_H
+#include <stddef.h>
 #include <stdint.h>
 #include "kernels/cpu/threadpool.h"
 
@@ -26,11 +27,20 @@
  *                     twice: v is NULL and the kernel reads V out of the K block. */
 typedef enum { ATTN_KV_SEPARATE = 0, ATTN_KV_LATENT = 1 } attn_kv_layout;
 
+/* The cache's element type. ATTN_KV_F16: IEEE halves, rounded once when a position is
+ * stored (attn_kv_store: f32_to_fp16, nearest even) and widened exactly by every reader,
+ * so the kernel's arithmetic is the f32 kernel's on the widened values and a position's
+ * stored bits depend only on its own K/V: invariance holds by construction. */
+typedef enum { ATTN_KV_F32 = 0, ATTN_KV_F16 = 1 } attn_kv_type;
+
+static inline size_t attn_kv_type_size(attn_kv_type t) { return t == ATTN_KV_F16 ? 2 : 4; }
+
 typedef struct {
-    float *k, *v;                /* pools: n_blocks * KV_BLOCK * n_kv_heads * head_dim (_v) floats */
+    void *k, *v;                 /* pools: n_blocks * KV_BLOCK * n_kv_heads * head_dim (_v) elements */
     const int32_t *block_table;  /* logical block -> pool block */
     int64_t n_kv_heads, head_dim, head_dim_v;
     attn_kv_layout layout;
+    attn_kv_type type;           /* of the pools' elements (0: f32) */
 } attn_kv;
 
 /* One attention job: a query token of one sequence. */
@@ -59,18 +69,28 @@ void attn_run_split(threadpool *tp, const attn_shape *shape, const attn_job *job
                     attn_split_mode mode);
 
 /* Writes / reads position p's K and V rows (n_kv_heads * head_dim, n_kv_heads * head_dim_v
- * floats). ATTN_KV_LATENT: the store ignores v (V is K's prefix), the load copies it from K. */
+ * floats; an f16 cache rounds them on the way in, widens them on the way out).
+ * ATTN_KV_LATENT: the store ignores v (V is K's prefix), the load copies it from K. */
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v);
 void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v);
 
-/* K of KV head h for the block holding position p: [head_dim][KV_BLOCK]. */
-static inline float *attn_k_block(const attn_kv *kv, int64_t p, int64_t h) {
-    return kv->k + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim) +
+/* NEGATIVE CONTROL, tests only: ATTN_KV_ROUND_TOWARD_ZERO stores an f16 cache's halves
+ * truncated instead of rounded to nearest; the forward pass picks it for forwards with an
+ * odd number of tokens (fwd_state_set_kv_round_by_batch), so stored bits follow the batch.
+ * attn_kv_store is attn_kv_store_rounded(..., ATTN_KV_ROUND_NEAREST). No effect on f32. */
+typedef enum { ATTN_KV_ROUND_NEAREST = 0, ATTN_KV_ROUND_TOWARD_ZERO = 1 } attn_kv_rounding;
+void attn_kv_store_rounded(const attn_kv *kv, int64_t p, const float *k, const float *v, attn_kv_rounding r);
+
+/* Element offsets into the pools. K of KV head h for the block holding position p:
+ * [head_dim][KV_BLOCK] from kv->k + attn_k_block_at. */
+static inline int64_t attn_k_block_at(const attn_kv *kv, int64_t p, int64_t h) {
+    return (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim) +
            h * kv->head_dim * KV_BLOCK;
 }
-/* V row of position p, KV head h: head_dim_v floats (ATTN_KV_SEPARATE only). */
-static inline float *attn_v_row(const attn_kv *kv, int64_t p, int64_t h) {
-    return kv->v + (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim_v) +
+/* V row of position p, KV head h: head_dim_v elements from kv->v + attn_v_row_at
+ * (ATTN_KV_SEPARATE only). */
+static inline int64_t attn_v_row_at(const attn_kv *kv, int64_t p, int64_t h) {
+    return (int64_t)kv->block_table[p / KV_BLOCK] * (KV_BLOCK * kv->n_kv_heads * kv->head_dim_v) +
            (h * KV_BLOCK + p % KV_BLOCK) * kv->head_dim_v;
 }
 

@@ -16,10 +16,12 @@ typedef int32_t i32x16 __attribute__((vector_size(64)));
 
 #define V16_AI static inline __attribute__((always_inline))
 
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__AVX512F__) || defined(__FMA__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 #include <math.h>
+
+#include "formats/quant.h" /* fp16_to_f32 */
 
 /* a*b + c rounded once (IEEE fused multiply-add): one hardware instruction where the
  * unit is built for it, libm's correctly rounded fmaf otherwise; the same bits. */
@@ -38,6 +40,23 @@ V16_AI f32x16 v16_load(const float *p) {
     return v;
 }
 V16_AI void v16_store(float *p, f32x16 v) { memcpy(p, &v, sizeof v); }
+/* 16 IEEE halves widened to floats. Widening is exact, so vcvtph2ps (F16C builds) and
+ * formats/fp16.c's fp16_to_f32 lane by lane (elsewhere; it follows F16C bit for bit, NaNs
+ * included) give the same bits; test_vec16 compares the builds on f16 caches. */
+V16_AI f32x16 v16_load_f16(const uint16_t *p) {
+    f32x16 v;
+#if defined(__AVX512F__)
+    const __m512 w = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&v, &w, sizeof v);
+#elif defined(__F16C__)
+    const __m256 w[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)))};
+    memcpy(&v, w, sizeof v);
+#else
+    for (int i = 0; i < 16; i++) v[i] = fp16_to_f32(p[i]);
+#endif
+    return v;
+}
 /* m lanes are all-ones (true) or zero, as produced by vector comparisons. */
 V16_AI f32x16 v16_select(i32x16 m, f32x16 a, f32x16 b) {
     return (f32x16)((m & (i32x16)a) | (~m & (i32x16)b));
