@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from test_server import MODEL, post_bytes, send_request, start_server, wait_idle_engine
+from test_server import MODEL, metrics, post_bytes, send_request, start_server, wait_idle_engine
 
 pytestmark = pytest.mark.soak
 
@@ -188,7 +188,13 @@ def test_soak():
         assert peak_after - peak_warm <= RSS_TOLERANCE_MIB, [round(r, 1) for t, r in rss]
 
         m = wait_idle_engine(port)  # no KV block in use: none leaked by cancelled requests
-        assert m["invar_kv_blocks_in_use"] == 0 and m["invar_active_requests"] == 0
+        # A handler whose client left may still be returning when the engine is idle (seen once
+        # on a loaded 2-core machine): wait for it, so only a handler that never ends fails.
+        deadline = time.time() + 10
+        while m["invar_active_requests"] != 0 and time.time() < deadline:
+            time.sleep(0.1)
+            m = metrics(port)
+        assert m["invar_kv_blocks_in_use"] == 0 and m["invar_active_requests"] == 0, m
         assert m["invar_requests_cancelled_total"] > 0
         deadline = time.time() + 10  # connection threads exit once their sockets close
         while time.time() < deadline and (proc_status(proc.pid, "Threads") > base_threads + 1
