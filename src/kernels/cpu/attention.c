@@ -20,10 +20,6 @@ static void kv_put(const attn_kv *kv, void *base, int64_t i, float x, attn_kv_ro
     else ((float *)base)[i] = x;
 }
 
-static float kv_get(const attn_kv *kv, const void *base, int64_t i) {
-    return kv->type == ATTN_KV_F16 ? fp16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
-
 void attn_kv_store(const attn_kv *kv, int64_t p, const float *k, const float *v) {
     attn_kv_store_rounded(kv, p, k, v, ATTN_KV_ROUND_NEAREST);
 }
@@ -43,11 +39,11 @@ void attn_kv_load(const attn_kv *kv, int64_t p, float *k, float *v) {
     const int64_t hd = kv->head_dim, hdv = kv->head_dim_v, lane = p % KV_BLOCK;
     for (int64_t h = 0; h < kv->n_kv_heads; h++) {
         const int64_t kb = attn_k_block_at(kv, p, h);
-        for (int64_t d = 0; d < hd; d++) k[h * hd + d] = kv_get(kv, kv->k, kb + d * KV_BLOCK + lane);
+        for (int64_t d = 0; d < hd; d++) k[h * hd + d] = attn_kv_elem(kv->k, kb + d * KV_BLOCK + lane, kv->type);
         if (kv->layout == ATTN_KV_LATENT)
-            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kv_get(kv, kv->k, kb + d * KV_BLOCK + lane);
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = attn_kv_elem(kv->k, kb + d * KV_BLOCK + lane, kv->type);
         else
-            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = kv_get(kv, kv->v, attn_v_row_at(kv, p, h) + d);
+            for (int64_t d = 0; d < hdv; d++) v[h * hdv + d] = attn_kv_elem(kv->v, attn_v_row_at(kv, p, h) + d, kv->type);
     }
 }
 

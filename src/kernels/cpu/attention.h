@@ -12,6 +12,7 @@
 #define INVAR_ATTENTION_H
 #include <stddef.h>
 #include <stdint.h>
+#include "formats/quant.h"
 #include "kernels/cpu/threadpool.h"
 
 #define ATTN_SPLIT 256
@@ -34,6 +35,12 @@ typedef enum { ATTN_KV_SEPARATE = 0, ATTN_KV_LATENT = 1 } attn_kv_layout;
 typedef enum { ATTN_KV_F32 = 0, ATTN_KV_F16 = 1 } attn_kv_type;
 
 static inline size_t attn_kv_type_size(attn_kv_type t) { return t == ATTN_KV_F16 ? 2 : 4; }
+
+/* Element i of a pool of type t, widened to f32 (exact for halves): the one scalar read of
+ * the cache (the kernel's scalar tails and attn_kv_load). */
+static inline float attn_kv_elem(const void *base, int64_t i, attn_kv_type t) {
+    return t == ATTN_KV_F16 ? fp16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
 
 typedef struct {
     void *k, *v;                 /* pools: n_blocks * KV_BLOCK * n_kv_heads * head_dim (_v) elements */

@@ -33,7 +33,7 @@ V16_AI f32x16 kv_vec(const void *base, int64_t i, const int f16) {
     return f16 ? v16_load_f16((const uint16_t *)base + i) : v16_load((const float *)base + i);
 }
 V16_AI float kv_elem(const void *base, int64_t i, const int f16) {
-    return f16 ? fp16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+    return attn_kv_elem(base, i, f16 ? ATTN_KV_F16 : ATTN_KV_F32);
 }
 
 /* Scores of key blocks b0 .. b0+NB-1 of a split for the Q queries. NB blocks at once give
