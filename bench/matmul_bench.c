@@ -4,7 +4,7 @@
  *   gcc -O2 -I/work/main/src -I/work/main/include bench/matmul_bench.c \
  *       build-mm/libinvar_kernels_cpu.a build-mm/libinvar_formats.a -lpthread -lm \
  *       -o build-mm/matmul_bench
- * usage: matmul_bench [-t q4_1,q8_0,f16,q4_K,q5_K,q6_K] [-m 1,16,64,512] [-s 576x576,...] [-r reps]
+ * usage: matmul_bench [-t q4_1,q8_0,f16,q4_K,q5_K,q6_K,q5_0,q5_1,q2_K,q3_K,iq4_nl,iq4_xs,mxfp4] [-m 1,16,64,512] [-s 576x576,...] [-r reps]
  *                     [-T min_ms] [-P heap|file|huge] [-C MiB] [-j threads]
  * Prints one line per (type, shape, m): median ns per call, GMAC/s (m*n*k / time) and
  * GB/s (bytes of weights the kernel streams per call: the packed copy, or the rows read
@@ -107,6 +107,22 @@ static void *make_weights(uint32_t type, int64_t n, int64_t k) {
             }
         } else if (type == INVAR_T_Q6_K) {
             for (int64_t b = 0; b < k / 256; b++) ((block_q6_K *)row)[b].d = f32_to_fp16(0.001f);
+        } else { /* other types: each block's fp16 scales (offsets in ggml's block layouts) */
+            static const struct { uint32_t type; int16_t off[2]; } SCALES[] = {
+                {INVAR_T_Q5_0, {0, -1}},  {INVAR_T_Q5_1, {0, 2}},   {INVAR_T_Q2_K, {80, 82}},
+                {INVAR_T_Q3_K, {108, -1}}, {INVAR_T_IQ4_NL, {0, -1}}, {INVAR_T_IQ4_XS, {0, -1}}};
+            size_t be = 0, bb = 0;
+            quant_type_info(type, &be, &bb, NULL);
+            for (size_t i = 0; i < sizeof SCALES / sizeof SCALES[0]; i++)
+                if (SCALES[i].type == type)
+                    for (int64_t b = 0; b < k / (int64_t)be; b++)
+                        for (int o = 0; o < 2; o++)
+                            if (SCALES[i].off[o] >= 0) {
+                                const uint16_t h = f32_to_fp16(0.01f);
+                                memcpy(row + (size_t)b * bb + SCALES[i].off[o], &h, 2);
+                            }
+            if (type == INVAR_T_MXFP4) /* E8M0 exponents near 1 */
+                for (int64_t b = 0; b < k / 32; b++) row[(size_t)b * 17] = (uint8_t)(120 + rnd() % 8);
         }
     }
     return W;
@@ -144,7 +160,9 @@ typedef struct { const char *name; uint32_t type; } tname;
 static const tname TYPES[] = {{"q4_1", INVAR_T_Q4_1}, {"q8_0", INVAR_T_Q8_0}, {"f16", INVAR_T_F16},
                               {"q4_0", INVAR_T_Q4_0}, {"bf16", INVAR_T_BF16}, {"f32", INVAR_T_F32},
                               {"q4_K", INVAR_T_Q4_K}, {"q5_K", INVAR_T_Q5_K},
-                              {"q6_K", INVAR_T_Q6_K}};
+                              {"q6_K", INVAR_T_Q6_K}, {"q5_0", INVAR_T_Q5_0}, {"q5_1", INVAR_T_Q5_1},
+                              {"q2_K", INVAR_T_Q2_K}, {"q3_K", INVAR_T_Q3_K}, {"iq4_nl", INVAR_T_IQ4_NL},
+                              {"iq4_xs", INVAR_T_IQ4_XS}, {"mxfp4", INVAR_T_MXFP4}};
 
 static int parse_list(const char *s, int64_t *out, int max) {
     int n = 0;
@@ -193,7 +211,7 @@ int main(int argc, char **argv) {
         tp = threadpool_create(nthreads);
         clock_id = CLOCK_MONOTONIC;
     }
-    printf("%-5s %6s %6s %4s %12s %8s %8s\n", "type", "k", "n", "m", "ns/call", "GMAC/s", "GB/s");
+    printf("%-6s %6s %6s %4s %12s %8s %8s\n", "type", "k", "n", "m", "ns/call", "GMAC/s", "GB/s");
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) {
         if (!strstr(types, TYPES[t].name)) continue;
         for (int s = 0; s < ns; s++) {
@@ -242,7 +260,7 @@ int main(int argc, char **argv) {
                 }
                 qsort(res, (size_t)reps, sizeof(double), cmp_d);
                 const double med = res[reps / 2];
-                printf("%-5s %6lld %6lld %4lld %12.0f %8.2f %8.2f\n", TYPES[t].name, (long long)k,
+                printf("%-6s %6lld %6lld %4lld %12.0f %8.2f %8.2f\n", TYPES[t].name, (long long)k,
                        (long long)n, (long long)m, med, (double)m * (double)n * (double)k / med,
                        (double)wbytes / med);
                 fflush(stdout);

@@ -44,6 +44,9 @@ typedef struct {
     /* Integer form of one block (src any alignment), or NULL (types with their own
      * kernels and dequantiser). */
     quant_decode_fn decode;
+    /* For a decoded type whose q takes at most 16 values: q by 4-bit code (16 entries), so
+     * the matmul can hold one nibble a weight; NULL otherwise. */
+    const int8_t *codes;
 } quant_traits;
 
 #define QUANT_TYPE_END 40 /* every known id is below this */

@@ -14,10 +14,12 @@ static uint32_t rd_u32le(const uint8_t *p) {
 static float rd_f16(const uint8_t *p) { return fp16_to_f32(rd_u16le(p)); }
 
 /* The non-linear 4-bit codebook of IQ4_NL / IQ4_XS. */
-static const int8_t k_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t quant_codes_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 /* FP4 (E2M1) values doubled, so they are integers; the block scale carries the 1/2. */
-static const int8_t k_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t quant_codes_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* Q2_K's q (0..3) and Q3_K's (-4..3), as codes for the matmul's nibble form. */
+const int8_t quant_codes_q2_K[16] = {0, 1, 2, 3};
+const int8_t quant_codes_q3_K[16] = {-4, -3, -2, -1, 0, 1, 2, 3};
 
 /* One scale for each 32 elements (j = 0..n32-1), no minimum. */
 static void scales32(quant_iblock *o, int n32, const int *sc) {
@@ -53,7 +55,7 @@ void quant_decode_q5_1(const uint8_t *x, quant_iblock *o) {
 /* IQ4_NL (18 B): fp16 d, nibbles indexing the codebook; y = d * value. */
 void quant_decode_iq4_nl(const uint8_t *x, quant_iblock *o) {
     start(o, rd_f16(x), 0.0f);
-    for (int e = 0; e < 32; e++) o->q[e] = k_iq4_values[nibble32(x + 2, e)];
+    for (int e = 0; e < 32; e++) o->q[e] = quant_codes_iq4[nibble32(x + 2, e)];
     scales32(o, 1, (const int[]){1});
 }
 
@@ -65,7 +67,7 @@ void quant_decode_mxfp4(const uint8_t *x, quant_iblock *o) {
     float d;
     memcpy(&d, &bits, 4);
     start(o, d, 0.0f);
-    for (int e = 0; e < 32; e++) o->q[e] = k_mxfp4_values[nibble32(x + 1, e)];
+    for (int e = 0; e < 32; e++) o->q[e] = quant_codes_mxfp4[nibble32(x + 1, e)];
     scales32(o, 1, (const int[]){1});
 }
 
@@ -128,7 +130,7 @@ void quant_decode_iq4_xs(const uint8_t *x, quant_iblock *o) {
     for (int j = 0; j < 8; j++) {
         const int lo = (x[4 + j / 2] >> (4 * (j & 1))) & 0x0F, hi = (sh >> (2 * j)) & 3;
         sc[j] = (lo | hi << 4) - 32;
-        for (int e = 0; e < 32; e++) o->q[32 * j + e] = k_iq4_values[nibble32(x + 8 + 16 * j, e)];
+        for (int e = 0; e < 32; e++) o->q[32 * j + e] = quant_codes_iq4[nibble32(x + 8 + 16 * j, e)];
     }
     scales32(o, 8, sc);
 }

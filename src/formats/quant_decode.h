@@ -14,4 +14,7 @@
 QUANT_DECODED(QUANT_DECODE_DECL)
 #undef QUANT_DECODE_DECL
 
+/* quant_traits.codes of the types with at most 16 values of q. */
+extern const int8_t quant_codes_iq4[16], quant_codes_mxfp4[16], quant_codes_q2_K[16], quant_codes_q3_K[16];
+
 #endif

@@ -11,9 +11,10 @@
  * those agree bit for bit.
  * Negative control: the same check on cpu_matmul_splitk_by_m (same maths, K split
  * by m) must find mismatches, showing the check can detect non-invariance.
- * Q5_K, packed natively since it got its own kernels, must keep the bits of the decoded
- * form it was computed from before (the factor of matmul_internal.h on quant_iblock);
- * control: the same comparison with that factor unfused must find differences. */
+ * Every type read through the integer form quant_iblock (the decoded types in their byte
+ * or nibble records, and Q5_K, packed natively since it got its own kernels) must give
+ * the bits of that form's factor (matmul_internal.h) computed from the file's blocks, on
+ * every ISA; control: the same comparison with that factor unfused must find differences. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,10 +164,12 @@ static void test_negative_control_detected(void **state) {
     threadpool_destroy(tp);
 }
 
-/* y of one activation row from the decoded integer form of each Q5_K block: the decoded
- * types' factor f = fma(-dmin, imin, d * isum), or unfused (the control). */
-static void q5_K_decoded_form(const fixture *f, const float *x, float *y, int fused) {
-    const quant_traits *qt = &quant_type_table[INVAR_T_Q5_K];
+/* y of one activation row from the decoded integer form of each of the type's blocks:
+ * the decoded types' factor f = fma(-dmin, imin, d * isum) folded by acc = fma(dx, f, acc),
+ * or (the control) that fold unfused, acc + dx * f. */
+static void decoded_form(const fixture *f, const float *x, float *y, int fused) {
+    const quant_traits *qt = &quant_type_table[f->type];
+    const int n32 = qt->block_elems / 32;
     int8_t q[8 * 256];
     float xd[8 * 8];
     int16_t xs[2 * 8 * 8];
@@ -175,11 +178,11 @@ static void q5_K_decoded_form(const fixture *f, const float *x, float *y, int fu
     for (int64_t j = 0; j < N_COLS; j++) {
         const uint8_t *row = (const uint8_t *)f->wdata + (size_t)j * f->w.row_bytes;
         float acc = 0.0f;
-        for (int64_t u = 0; u < f->k / 256; u++) {
+        for (int64_t u = 0; u < f->k / qt->block_elems; u++) {
             quant_iblock B;
             qt->decode(row + (size_t)u * qt->block_bytes, &B);
-            for (int jj = 0; jj < 8; jj++) {
-                const int64_t b = u * 8 + jj;
+            for (int jj = 0; jj < n32; jj++) {
+                const int64_t b = u * n32 + jj;
                 int dlo = 0, dhi = 0;
                 for (int i = 0; i < 16; i++) {
                     dlo += B.q[32 * jj + i] * q[32 * b + i];
@@ -187,44 +190,52 @@ static void q5_K_decoded_form(const fixture *f, const float *x, float *y, int fu
                 }
                 const int isum = B.s[2 * jj] * dlo + B.s[2 * jj + 1] * dhi;
                 const int imin = B.m[2 * jj] * xs[2 * b] + B.m[2 * jj + 1] * xs[2 * b + 1];
-                const float fb = fused ? fmaf(-B.dmin, (float)imin, B.d * (float)isum)
-                                       : B.d * (float)isum - B.dmin * (float)imin;
-                acc = fmaf(xd[b], fb, acc);
+                const float fb = fmaf(-B.dmin, (float)imin, B.d * (float)isum);
+                acc = fused ? fmaf(xd[b], fb, acc) : acc + xd[b] * fb;
             }
         }
         y[j] = acc;
     }
 }
 
-static void test_q5_K_keeps_decoded_bits(void **state) {
+static void test_keeps_decoded_bits(void **state) {
     (void)state;
-    fixture f;
-    fixture_init(&f, INVAR_T_Q5_K);
     const cpu_isa best = cpu_isa_supported();
-    float want[N_COLS], loose[N_COLS];
-    int differ_unfused = 0;
-    for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
-        assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
-        compute_refs(&f, cpu_matmul);
-        for (int64_t r = 0; r < 64; r++) {
-            q5_K_decoded_form(&f, f.pool + r * f.ldx, want, 1);
-            if (memcmp(want, f.ref + r * N_COLS, sizeof want) != 0)
-                fail_msg("Q5_K isa %s row %d: not the decoded form's bits", cpu_isa_name((cpu_isa)isa), (int)r);
-            q5_K_decoded_form(&f, f.pool + r * f.ldx, loose, 0);
-            differ_unfused += memcmp(loose, want, sizeof want) != 0;
+    const mm_type_list types = mm_types();
+    int tested = 0;
+    for (size_t t = 0; t < types.n; t++) {
+        if (!quant_type_table[types.id[t]].decode) continue;
+        fixture f;
+        fixture_init(&f, types.id[t]);
+        float want[N_COLS], loose[N_COLS];
+        int differ_unfused = 0;
+        for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+            assert_int_equal(cpu_isa_set((cpu_isa)isa), isa);
+            compute_refs(&f, cpu_matmul);
+            for (int64_t r = 0; r < 64; r++) {
+                decoded_form(&f, f.pool + r * f.ldx, want, 1);
+                if (memcmp(want, f.ref + r * N_COLS, sizeof want) != 0)
+                    fail_msg("%s isa %s row %d: not the decoded form's bits", quant_type_table[f.type].name,
+                             cpu_isa_name((cpu_isa)isa), (int)r);
+                decoded_form(&f, f.pool + r * f.ldx, loose, 0);
+                differ_unfused += memcmp(loose, want, sizeof want) != 0;
+            }
         }
+        cpu_isa_set(best);
+        print_message("%s: decoded form's bits on every ISA; control: unfused fold differs on %d rows\n",
+                      quant_type_table[f.type].name, differ_unfused);
+        assert_true(differ_unfused > 0);
+        tested++;
+        fixture_free(&f);
     }
-    cpu_isa_set(best);
-    print_message("control: unfused factor differs on %d rows\n", differ_unfused);
-    assert_true(differ_unfused > 0);
-    fixture_free(&f);
+    assert_true(tested >= 8); /* Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4 */
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance),
         cmocka_unit_test(test_negative_control_detected),
-        cmocka_unit_test(test_q5_K_keeps_decoded_bits),
+        cmocka_unit_test(test_keeps_decoded_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

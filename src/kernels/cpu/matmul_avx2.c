@@ -281,26 +281,39 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     }
 }
 
-/* Decoded types (MM_REC_DEC): the stored q + 128 back to signed q (|q| <= 127), dots by
- * maddubs(|q|, sign(x, q)): a pair is <= 2*127*127, no saturation. */
-AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc, const int UE) {
+/* Decoded types: signed q, dots by maddubs(|q|, sign(x, q)): a pair is <= 2*127*127, no
+ * saturation. The byte form (NIB = 0, MM_REC_DEC) stores q + 128; the nibble form (NIB = 1,
+ * MM_REC_NIB) codes, looked up in the 16-byte table codes[]: word 4j + t gives the byte
+ * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
+AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc, const int UE,
+                  const int NIB) {
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
-    const __m256i off = _mm256_set1_epi8((char)0x80);
+    const int rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
+    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE);
+    const __m256i off = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i table = NIB ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a->kt->q->codes))
+                              : _mm256_setzero_si256();
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_DEC(UE);
-        prefetch_rec(rec, MM_REC_DEC(UE), h);
-        const __m256 d = _mm256_loadu_ps((const float *)(rec + MM_DEC_D(UE) + 32 * h));
-        const __m256 dmin = _mm256_loadu_ps((const float *)(rec + MM_DEC_DMIN(UE) + 32 * h));
+        const uint8_t *rec = grp + u * rb;
+        prefetch_rec(rec, rb, h);
+        const __m256 d = _mm256_loadu_ps((const float *)(rec + od + 32 * h));
+        const __m256 dmin = _mm256_loadu_ps((const float *)(rec + od + 64 + 32 * h));
         for (int j = 0; j < n32; j++) {
             const int64_t b = u * n32 + j;
             __m256i W[8], AW[8];
-            UNROLL for (int t = 0; t < 8; t++) {
-                W[t] = _mm256_xor_si256(ldw(rec + 64 * (8 * j + t) + 32 * h), off);
-                AW[t] = _mm256_abs_epi8(W[t]);
+            if (NIB) {
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m256i N = ldw(rec + 64 * (4 * j + t) + 32 * h);
+                    W[t] = _mm256_shuffle_epi8(table, _mm256_and_si256(N, m4));
+                    W[4 + t] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(N, 4), m4));
+                }
+            } else {
+                UNROLL for (int t = 0; t < 8; t++) W[t] = _mm256_xor_si256(ldw(rec + 64 * (8 * j + t) + 32 * h), off);
             }
-            const uint8_t *S = rec + MM_DEC_S(UE) + 32 * j + 8 * h, *M = rec + MM_DEC_M(UE) + 32 * j + 8 * h;
+            UNROLL for (int t = 0; t < 8; t++) AW[t] = _mm256_abs_epi8(W[t]);
+            const uint8_t *S = rec + os + 32 * j + 8 * h, *M = S + UE;
             const __m256i s0 = i8x8_epi32(S), s1 = i8x8_epi32(S + 16), m0 = i8x8_epi32(M), m1 = i8x8_epi32(M + 16);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
@@ -320,10 +333,13 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const
     }
 }
 AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    k_decoded(a, grp, i0, h, R, acc, 32);
+    k_decoded(a, grp, i0, h, R, acc, 32, 0);
 }
-AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    k_decoded(a, grp, i0, h, R, acc, 256);
+AI void k_nibbles32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    k_decoded(a, grp, i0, h, R, acc, 32, 1);
+}
+AI void k_nibbles256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    k_decoded(a, grp, i0, h, R, acc, 256, 1);
 }
 
 #define RUN_ROWS(K, R)                                                                       \
@@ -407,7 +423,9 @@ KQ_LOOP(mm_avx2_q4_K, mm_avx2_q4_K_rows, k_q4_k_row, MM_REC_Q4_K)
 KQ_LOOP(mm_avx2_q5_K, mm_avx2_q5_K_rows, k_q5_k_row, MM_REC_Q5_K)
 KQ_LOOP(mm_avx2_q6_K, mm_avx2_q6_K_rows, k_q6_k_row, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
-MM_DECODED(DECODED_LOOP)
+MM_DECODED_BYTES(DECODED_LOOP)
+#define NIBBLE_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_nibbles##UE, MM_REC_NIB(UE))
+MM_DECODED_NIBBLES(NIBBLE_LOOP)
 
 /* Exact max / integer sum of 8 lanes (order cannot matter for these). */
 AI float hmax8(__m256 v) {

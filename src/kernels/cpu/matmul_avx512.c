@@ -134,23 +134,44 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     }
 }
 
-/* Decoded types (MM_REC_DEC): q + 128 as unsigned bytes, so dpbusd gives
- * dot + 128 * (half sum of x), taken off again; then the factor of matmul_internal.h. */
-AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE) {
+/* Decoded types: q + 128 as unsigned bytes, so dpbusd gives dot + 128 * (half sum of x),
+ * taken off again; then the factor of matmul_internal.h. The byte form (NIB = 0,
+ * MM_REC_DEC) stores those bytes; the nibble form (NIB = 1, MM_REC_NIB) stores codes,
+ * looked up in a 16-byte table of codes[n] + 128: word 4j + t gives the bytes of the byte
+ * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
+AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE,
+                  const int NIB) {
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
+    const int rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
+    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE);
+    __m512i table = _mm512_setzero_si512();
+    if (NIB) {
+        uint8_t t16[16];
+        for (int n = 0; n < 16; n++) t16[n] = (uint8_t)(a->kt->q->codes[n] + 128);
+        table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t16));
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_DEC(UE);
-        prefetch_rec(rec, MM_REC_DEC(UE));
-        const __m512 d = _mm512_loadu_ps((const void *)(rec + MM_DEC_D(UE)));
-        const __m512 dmin = _mm512_loadu_ps((const void *)(rec + MM_DEC_DMIN(UE)));
+        const uint8_t *rec = grp + u * rb;
+        prefetch_rec(rec, rb);
+        const __m512 d = _mm512_loadu_ps((const void *)(rec + od));
+        const __m512 dmin = _mm512_loadu_ps((const void *)(rec + od + 64));
         for (int j = 0; j < n32; j++) {
             const int64_t b = u * n32 + j;
             __m512i Q[8];
-            UNROLL for (int t = 0; t < 8; t++) Q[t] = ldw(rec + 64 * (8 * j + t));
-            const __m512i s0 = i8x16_epi32(rec + MM_DEC_S(UE) + 32 * j), s1 = i8x16_epi32(rec + MM_DEC_S(UE) + 32 * j + 16);
-            const __m512i m0 = i8x16_epi32(rec + MM_DEC_M(UE) + 32 * j), m1 = i8x16_epi32(rec + MM_DEC_M(UE) + 32 * j + 16);
+            if (NIB) {
+                UNROLL for (int t = 0; t < 4; t++) {
+                    const __m512i N = ldw(rec + 64 * (4 * j + t));
+                    Q[t] = _mm512_shuffle_epi8(table, _mm512_and_si512(N, m4));
+                    Q[4 + t] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(N, 4), m4));
+                }
+            } else {
+                UNROLL for (int t = 0; t < 8; t++) Q[t] = ldw(rec + 64 * (8 * j + t));
+            }
+            const __m512i s0 = i8x16_epi32(rec + os + 32 * j), s1 = i8x16_epi32(rec + os + 32 * j + 16);
+            const __m512i m0 = i8x16_epi32(rec + os + UE + 32 * j), m1 = i8x16_epi32(rec + os + UE + 32 * j + 16);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
@@ -171,10 +192,13 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R,
     }
 }
 AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    k_decoded(a, grp, i0, R, acc, 32);
+    k_decoded(a, grp, i0, R, acc, 32, 0);
 }
-AI void k_decoded256(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    k_decoded(a, grp, i0, R, acc, 256);
+AI void k_nibbles32(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    k_decoded(a, grp, i0, R, acc, 32, 1);
+}
+AI void k_nibbles256(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    k_decoded(a, grp, i0, R, acc, 256, 1);
 }
 
 /* ---- Panel kernels (Q4_0, Q4_1, Q8_0): activations in panels (matmul_internal.h). ----
@@ -440,7 +464,9 @@ KQ_LOOP(mm_avx512_q5_K, mm_avx512_q5_K_panels, k_q5_k_row, MM_REC_Q5_K)
  * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
 KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
 #define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
-MM_DECODED(DECODED_LOOP)
+MM_DECODED_BYTES(DECODED_LOOP)
+#define NIBBLE_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_nibbles##UE, MM_REC_NIB(UE))
+MM_DECODED_NIBBLES(NIBBLE_LOOP)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */
 AI void quant_block(const float *xb, int8_t *q, float *d, int *s0, int *s1) {

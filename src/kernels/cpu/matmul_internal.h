@@ -54,12 +54,19 @@
 #define MM_Q6_SC 3072
 #define MM_Q6_D 3328
 /* Decoded types (quant_traits.decode: Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS,
- * MXFP4), one generic record per unit of UE = 32 or 256 elements, from the integer form
- * quant_iblock: q + 128 as u8 words[UE/4][16] @0, d f32[16] @16UE, dmin f32[16] @16UE+64,
- * s i8[UE/16][16] @16UE+128, m i8[UE/16][16] @17UE+128                = 18UE + 128 B
- * (one byte per weight: a simple and exact first form, not a compact one). Their factor
- * per activation block b (sub-block j of the unit) is, with dlo/dhi the exact dots of
- * the two 16-element halves and xs the activation half sums:
+ * MXFP4) are packed from the integer form quant_iblock, per unit of UE = 32 or 256
+ * elements, in one of two generic records:
+ *  - byte form (Q5_0, Q5_1: 32 values of q): q + 128 as u8 words[UE/4][16] @0,
+ *    d f32[16] @16UE, dmin f32[16] @16UE+64, s i8[UE/16][16] @16UE+128,
+ *    m i8[UE/16][16] @17UE+128                                        = 18UE + 128 B
+ *  - nibble form (the types with quant_traits.codes: q is codes[n] for a 4-bit n):
+ *    n as nibble words[UE/8][16] @0, word 4j + t holding elements 32j + 4t .. + 3 in its
+ *    low nibbles and 32j + 16 + 4t .. + 3 in its high ones (the two 16-element halves of
+ *    32-block j), then d, dmin, s, m as above @8UE, 8UE+64, 8UE+128, 9UE+128 = 10UE + 128 B
+ *    (Q3_K: 0.66 bytes a weight against the byte form's 1.16).
+ * Both compute the same factor, so a type's bits do not depend on its form. Per
+ * activation block b (sub-block j of the unit), with dlo/dhi the exact dots of the two
+ * 16-element halves and xs the activation half sums:
  *     isum = s[2j]*dlo + s[2j+1]*dhi,  imin = m[2j]*xs0 + m[2j+1]*xs1
  *     f = fma(-dmin, (float)imin, d * (float)isum)                    */
 #define MM_REC_DEC(UE) (18 * (UE) + 128)
@@ -67,10 +74,16 @@
 #define MM_DEC_DMIN(UE) (16 * (UE) + 64)
 #define MM_DEC_S(UE) (16 * (UE) + 128)
 #define MM_DEC_M(UE) (17 * (UE) + 128)
-/* The decoded types: X(lower-case name, ggml name, unit elements). */
-#define MM_DECODED(X) \
-    X(q5_0, Q5_0, 32) X(q5_1, Q5_1, 32) X(iq4_nl, IQ4_NL, 32) X(mxfp4, MXFP4, 32) \
-    X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(iq4_xs, IQ4_XS, 256)
+#define MM_REC_NIB(UE) (10 * (UE) + 128)
+#define MM_NIB_D(UE) (8 * (UE))
+#define MM_NIB_DMIN(UE) (8 * (UE) + 64)
+#define MM_NIB_S(UE) (8 * (UE) + 128)
+#define MM_NIB_M(UE) (9 * (UE) + 128)
+/* The decoded types: X(lower-case name, ggml name, unit elements), by form. */
+#define MM_DECODED_BYTES(X) X(q5_0, Q5_0, 32) X(q5_1, Q5_1, 32)
+#define MM_DECODED_NIBBLES(X) \
+    X(iq4_nl, IQ4_NL, 32) X(mxfp4, MXFP4, 32) X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(iq4_xs, IQ4_XS, 256)
+#define MM_DECODED(X) MM_DECODED_BYTES(X) MM_DECODED_NIBBLES(X)
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
 typedef struct {
@@ -206,15 +219,17 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
     void mm_##isa##_q4_K(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q5_K(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);     \
-    MM_DECODED_KERNELS(isa)
+    MM_DECODED_BYTES(MM_DECODED_KERNEL_##isa)
 #define MM_DECODED_KERNEL(isa, t) void mm_##isa##_##t(const mm_args *a, int64_t g0, int64_t g1);
-#define MM_DECODED_KERNELS(isa)                                                                   \
-    MM_DECODED_KERNEL(isa, q5_0) MM_DECODED_KERNEL(isa, q5_1) MM_DECODED_KERNEL(isa, iq4_nl)     \
-    MM_DECODED_KERNEL(isa, mxfp4) MM_DECODED_KERNEL(isa, q2_K) MM_DECODED_KERNEL(isa, q3_K)      \
-    MM_DECODED_KERNEL(isa, iq4_xs)
+#define MM_DECODED_KERNEL_scalar(t, T, UE) MM_DECODED_KERNEL(scalar, t)
+#define MM_DECODED_KERNEL_avx2(t, T, UE) MM_DECODED_KERNEL(avx2, t)
+#define MM_DECODED_KERNEL_avx512(t, T, UE) MM_DECODED_KERNEL(avx512, t)
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
+MM_DECODED_NIBBLES(MM_DECODED_KERNEL_scalar)
+MM_DECODED_NIBBLES(MM_DECODED_KERNEL_avx2)
+MM_DECODED_NIBBLES(MM_DECODED_KERNEL_avx512)
 /* K-quant kernels over activation panels (matmul_kq_avx512.c), called by mm_avx512_q*_K. */
 void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q5_K_panels(const mm_args *a, int64_t g0, int64_t g1);
@@ -224,7 +239,9 @@ void mm_avx2_q4_K_rows(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx2_q5_K_rows(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx2_q6_K_rows(const mm_args *a, int64_t g0, int64_t g1);
 #undef MM_KERNELS
-#undef MM_DECODED_KERNELS
+#undef MM_DECODED_KERNEL_scalar
+#undef MM_DECODED_KERNEL_avx2
+#undef MM_DECODED_KERNEL_avx512
 #undef MM_DECODED_KERNEL
 
 /* Record packing (mm_pack_fn), matmul_pack.c. */

@@ -75,25 +75,41 @@ void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
     }
 }
 
-/* Decoded types: the integer form of each column's block, laid out as MM_REC_DEC. */
-static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type) {
+/* Decoded types: the integer form of each column's block, laid out as MM_REC_DEC (bytes
+ * q + 128) or MM_REC_NIB (nibble codes: the first code of q's value in the type's table;
+ * a value listed twice, as MXFP4's zero, decodes the same either way). */
+static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type,
+                         int nib) {
     const quant_traits *qt = &quant_type_table[type];
     const int ue = qt->block_elems;
+    const size_t od = nib ? MM_NIB_D(ue) : MM_DEC_D(ue), os = nib ? MM_NIB_S(ue) : MM_DEC_S(ue);
+    uint8_t code_of[256] = {0};
+    if (nib)
+        for (int n = 15; n >= 0; n--) code_of[(uint8_t)(qt->codes[n] + 128)] = (uint8_t)n;
     for (int c = 0; c < ncols; c++) {
         quant_iblock B;
         qt->decode(rows[c] + (size_t)u * qt->block_bytes, &B);
         uint8_t q[256];
         for (int e = 0; e < ue; e++) q[e] = (uint8_t)(B.q[e] + 128);
-        for (int wi = 0; wi < ue / 4; wi++) put_word(rec, wi, c, q);
-        memcpy(rec + MM_DEC_D(ue) + 4 * c, &B.d, 4);
-        memcpy(rec + MM_DEC_DMIN(ue) + 4 * c, &B.dmin, 4);
+        if (!nib)
+            for (int wi = 0; wi < ue / 4; wi++) put_word(rec, wi, c, q);
+        else /* the record arrives zeroed (cpu_weight_pack); word 4j + t, see MM_REC_NIB */
+            for (int e = 0; e < ue; e++) {
+                const int j = e / 32, i = e % 32;
+                rec[64 * (4 * j + (i % 16) / 4) + 4 * c + i % 4] |= (uint8_t)(code_of[q[e]] << (i < 16 ? 0 : 4));
+            }
+        memcpy(rec + od + 4 * c, &B.d, 4);
+        memcpy(rec + od + 64 + 4 * c, &B.dmin, 4);
         for (int h = 0; h < ue / 16; h++) {
-            rec[MM_DEC_S(ue) + 16 * h + c] = (uint8_t)B.s[h];
-            rec[MM_DEC_M(ue) + 16 * h + c] = (uint8_t)B.m[h];
+            rec[os + 16 * h + c] = (uint8_t)B.s[h];
+            rec[os + (size_t)ue + 16 * h + c] = (uint8_t)B.m[h];
         }
     }
 }
 
 #define PACK_DECODED(t, T, UE) \
-    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T); }
-MM_DECODED(PACK_DECODED)
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 0); }
+MM_DECODED_BYTES(PACK_DECODED)
+#define PACK_NIBBLES(t, T, UE) \
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 1); }
+MM_DECODED_NIBBLES(PACK_NIBBLES)

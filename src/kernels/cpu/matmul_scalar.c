@@ -239,15 +239,28 @@ QUANT_GROUPS(q5_K)
 QUANT_GROUPS(q6_K)
 
 /* Decoded types: unit_decoded's operations, reading the integer form from the packed
- * records (decoded once at load, MM_REC_DEC) rather than decoding every block again for
- * each row; the packed bytes are q + 128, the scales int8, the block scales floats. */
+ * records (decoded once at load) rather than decoding every block again for each row.
+ * Byte form (NIB = 0, MM_REC_DEC): the packed bytes are q + 128; nibble form (NIB = 1,
+ * MM_REC_NIB): codes of q. The scales are int8, the block scales floats. */
+static inline __attribute__((always_inline)) int packed_q(const uint8_t *rec, int c, int e, const int NIB,
+                                                          const int8_t *codes) {
+    if (!NIB) return rec[64 * (e / 4) + 4 * c + e % 4] - 128;
+    const int j = e / 32, i = e % 32;
+    const uint8_t byte = rec[64 * (4 * j + (i % 16) / 4) + 4 * c + i % 4];
+    return codes[i < 16 ? byte & 0x0F : byte >> 4];
+}
+
 static inline __attribute__((always_inline)) void decoded_groups(const mm_args *a, int64_t g0, int64_t g1,
-                                                                 const int UE) {
+                                                                 const int UE, const int NIB) {
     const cpu_weight *w = a->w;
+    const int8_t *codes = a->kt->q->codes;
+    const size_t rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
+    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), odmin = NIB ? MM_NIB_DMIN(UE) : MM_DEC_DMIN(UE);
+    const int os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE), om = NIB ? MM_NIB_M(UE) : MM_DEC_M(UE);
     const int64_t nu = w->k / UE, nb = a->xq.nb, k = w->k;
     const int n32 = UE / 32;
     for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * MM_REC_DEC(UE);
+        const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(g * nu) * rb;
         for (int c = 0; c < MM_NC && g * MM_NC + c < w->n; c++)
             for (int64_t i = 0; i < a->m; i++) {
                 const int8_t *xq = a->xq.q + i * k;
@@ -255,20 +268,19 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
                 const int16_t *xs = a->xq.s + i * 2 * nb;
                 float acc = 0.0f;
                 for (int64_t u = 0; u < nu; u++) {
-                    const uint8_t *rec = grp + (size_t)u * MM_REC_DEC(UE);
+                    const uint8_t *rec = grp + (size_t)u * rb;
                     float d, dmin;
-                    memcpy(&d, rec + MM_DEC_D(UE) + 4 * c, 4);
-                    memcpy(&dmin, rec + MM_DEC_DMIN(UE) + 4 * c, 4);
+                    memcpy(&d, rec + od + 4 * c, 4);
+                    memcpy(&dmin, rec + odmin + 4 * c, 4);
                     for (int j = 0; j < n32; j++) {
                         const int64_t b = u * n32 + j;
                         const int8_t *x = xq + b * 32;
                         int dlo = 0, dhi = 0;
                         for (int e = 0; e < 16; e++) {
-                            const int el = 32 * j + e, eh = el + 16;
-                            dlo += (rec[64 * (el / 4) + 4 * c + el % 4] - 128) * x[e];
-                            dhi += (rec[64 * (eh / 4) + 4 * c + eh % 4] - 128) * x[16 + e];
+                            dlo += packed_q(rec, c, 32 * j + e, NIB, codes) * x[e];
+                            dhi += packed_q(rec, c, 32 * j + 16 + e, NIB, codes) * x[16 + e];
                         }
-                        const uint8_t *S = rec + MM_DEC_S(UE) + 32 * j + c, *M = rec + MM_DEC_M(UE) + 32 * j + c;
+                        const uint8_t *S = rec + os + 32 * j + c, *M = rec + om + 32 * j + c;
                         int isum = (int8_t)S[0] * dlo + (int8_t)S[16] * dhi;
                         int imin = (int8_t)M[0] * xs[2 * b] + (int8_t)M[16] * xs[2 * b + 1];
                         float f = fmaf(-dmin, (float)imin, d * (float)isum);
@@ -281,8 +293,11 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
 }
 
 #define DECODED_GROUPS(t, T, UE) \
-    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE); }
-MM_DECODED(DECODED_GROUPS)
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 0); }
+MM_DECODED_BYTES(DECODED_GROUPS)
+#define NIBBLE_GROUPS(t, T, UE) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 1); }
+MM_DECODED_NIBBLES(NIBBLE_GROUPS)
 
 /* Float weights: element kk of a row, per type. */
 static inline float weight_f32(const void *wrow, int64_t kk) { return ((const float *)wrow)[kk]; }
