@@ -286,7 +286,7 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
  * MM_REC_NIB) codes, looked up in the 16-byte table codes[]: word 4j + t gives the byte
  * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
 AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc, const int UE,
-                  const int NIB) {
+                  const int NIB, const int ONE, const int NOMIN) {
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
@@ -314,34 +314,32 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const
             }
             UNROLL for (int t = 0; t < 8; t++) AW[t] = _mm256_abs_epi8(W[t]);
             const uint8_t *S = rec + os + 32 * j + 8 * h, *M = S + UE;
-            const __m256i s0 = i8x8_epi32(S), s1 = i8x8_epi32(S + 16), m0 = i8x8_epi32(M), m1 = i8x8_epi32(M + 16);
+            const __m256i s0 = i8x8_epi32(S), s1 = i8x8_epi32(S + 16);
+            const __m256i m0 = NOMIN ? s0 : i8x8_epi32(M), m1 = NOMIN ? s0 : i8x8_epi32(M + 16);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
-                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+                __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256(), isum, imin = hi;
                 UNROLL for (int t = 0; t < 4; t++) {
                     lo = _mm256_add_epi32(lo, madd1(_mm256_maddubs_epi16(AW[t], _mm256_sign_epi8(bcast4(x + 4 * t), W[t]))));
                     hi = _mm256_add_epi32(hi, madd1(_mm256_maddubs_epi16(AW[4 + t], _mm256_sign_epi8(bcast4(x + 16 + 4 * t), W[4 + t]))));
                 }
-                const __m256i xs0 = _mm256_set1_epi32(xs[0]), xs1 = _mm256_set1_epi32(xs[1]);
-                const __m256i isum = _mm256_add_epi32(_mm256_mullo_epi32(s0, lo), _mm256_mullo_epi32(s1, hi));
-                const __m256i imin = _mm256_add_epi32(_mm256_mullo_epi32(m0, xs0), _mm256_mullo_epi32(m1, xs1));
-                const __m256 f = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+                if (ONE) { /* s * (dlo + dhi) */
+                    isum = _mm256_mullo_epi32(s0, _mm256_add_epi32(lo, hi));
+                    if (!NOMIN) imin = _mm256_mullo_epi32(m0, _mm256_set1_epi32(xs[0] + xs[1]));
+                } else {
+                    isum = _mm256_add_epi32(_mm256_mullo_epi32(s0, lo), _mm256_mullo_epi32(s1, hi));
+                    if (!NOMIN)
+                        imin = _mm256_add_epi32(_mm256_mullo_epi32(m0, _mm256_set1_epi32(xs[0])),
+                                                _mm256_mullo_epi32(m1, _mm256_set1_epi32(xs[1])));
+                }
+                const __m256 di = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum));
+                const __m256 f = NOMIN ? di : _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(imin), di);
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }
     }
 }
-AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    k_decoded(a, grp, i0, h, R, acc, 32, 0);
-}
-AI void k_nibbles32(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    k_decoded(a, grp, i0, h, R, acc, 32, 1);
-}
-AI void k_nibbles256(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
-    k_decoded(a, grp, i0, h, R, acc, 256, 1);
-}
-
 #define RUN_ROWS(K, R)                                                                       \
     do {                                                                                     \
         __m256 acc[R];                                                                       \
@@ -422,9 +420,15 @@ GROUP_LOOP_ROW(mm_avx2_q8_0, k_q8_0, MM_REC_Q8_0, k_q8_0_row, 1)
 KQ_LOOP(mm_avx2_q4_K, mm_avx2_q4_K_rows, k_q4_k_row, MM_REC_Q4_K)
 KQ_LOOP(mm_avx2_q5_K, mm_avx2_q5_K_rows, k_q5_k_row, MM_REC_Q5_K)
 KQ_LOOP(mm_avx2_q6_K, mm_avx2_q6_K_rows, k_q6_k_row, MM_REC_Q6_K)
-#define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_decoded##UE, MM_REC_DEC(UE))
+/* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts. */
+#define DECODED_TYPE(t, UE, NIB, ONE, NOMIN)                                                           \
+    AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) { \
+        k_decoded(a, grp, i0, h, R, acc, UE, NIB, ONE, NOMIN);                                         \
+    }                                                                                                  \
+    GROUP_LOOP(mm_avx2_##t, k_##t, NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE))
+#define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
 MM_DECODED_BYTES(DECODED_LOOP)
-#define NIBBLE_LOOP(t, T, UE) GROUP_LOOP(mm_avx2_##t, k_nibbles##UE, MM_REC_NIB(UE))
+#define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)
 MM_DECODED_NIBBLES(NIBBLE_LOOP)
 
 /* Exact max / integer sum of 8 lanes (order cannot matter for these). */

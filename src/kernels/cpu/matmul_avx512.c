@@ -140,7 +140,7 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
  * looked up in a 16-byte table of codes[n] + 128: word 4j + t gives the bytes of the byte
  * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
 AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE,
-                  const int NIB) {
+                  const int NIB, const int ONE, const int NOMIN) {
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
@@ -171,36 +171,37 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R,
                 UNROLL for (int t = 0; t < 8; t++) Q[t] = ldw(rec + 64 * (8 * j + t));
             }
             const __m512i s0 = i8x16_epi32(rec + os + 32 * j), s1 = i8x16_epi32(rec + os + 32 * j + 16);
-            const __m512i m0 = i8x16_epi32(rec + os + UE + 32 * j), m1 = i8x16_epi32(rec + os + UE + 32 * j + 16);
+            const __m512i m0 = NOMIN ? s0 : i8x16_epi32(rec + os + UE + 32 * j);
+            const __m512i m1 = NOMIN ? s0 : i8x16_epi32(rec + os + UE + 32 * j + 16);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
-                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-                UNROLL for (int t = 0; t < 4; t++) {
-                    lo = dp(lo, Q[t], x + 4 * t);
-                    hi = dp(hi, Q[4 + t], x + 16 + 4 * t);
+                __m512i isum, imin = _mm512_setzero_si512();
+                if (ONE) { /* s * (dlo + dhi): one chain over the 32 */
+                    __m512i dot = _mm512_setzero_si512();
+                    UNROLL for (int t = 0; t < 4; t++) dot = dp(dp(dot, Q[t], x + 4 * t), Q[4 + t], x + 16 + 4 * t);
+                    const __m512i xs01 = _mm512_set1_epi32(xs[0] + xs[1]);
+                    isum = _mm512_mullo_epi32(s0, _mm512_sub_epi32(dot, _mm512_slli_epi32(xs01, 7)));
+                    if (!NOMIN) imin = _mm512_mullo_epi32(m0, xs01);
+                } else {
+                    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+                    UNROLL for (int t = 0; t < 4; t++) {
+                        lo = dp(lo, Q[t], x + 4 * t);
+                        hi = dp(hi, Q[4 + t], x + 16 + 4 * t);
+                    }
+                    const __m512i xs0 = _mm512_set1_epi32(xs[0]), xs1 = _mm512_set1_epi32(xs[1]);
+                    lo = _mm512_sub_epi32(lo, _mm512_slli_epi32(xs0, 7));
+                    hi = _mm512_sub_epi32(hi, _mm512_slli_epi32(xs1, 7));
+                    isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, lo), _mm512_mullo_epi32(s1, hi));
+                    if (!NOMIN) imin = _mm512_add_epi32(_mm512_mullo_epi32(m0, xs0), _mm512_mullo_epi32(m1, xs1));
                 }
-                const __m512i xs0 = _mm512_set1_epi32(xs[0]), xs1 = _mm512_set1_epi32(xs[1]);
-                lo = _mm512_sub_epi32(lo, _mm512_slli_epi32(xs0, 7));
-                hi = _mm512_sub_epi32(hi, _mm512_slli_epi32(xs1, 7));
-                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, lo), _mm512_mullo_epi32(s1, hi));
-                const __m512i imin = _mm512_add_epi32(_mm512_mullo_epi32(m0, xs0), _mm512_mullo_epi32(m1, xs1));
-                const __m512 f = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin), _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+                const __m512 di = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum));
+                const __m512 f = NOMIN ? di : _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(imin), di);
                 acc[r] = accum(acc[r], X.d[r * X.nb + b], f);
             }
         }
     }
 }
-AI void k_decoded32(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    k_decoded(a, grp, i0, R, acc, 32, 0);
-}
-AI void k_nibbles32(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    k_decoded(a, grp, i0, R, acc, 32, 1);
-}
-AI void k_nibbles256(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
-    k_decoded(a, grp, i0, R, acc, 256, 1);
-}
-
 /* ---- Panel kernels (Q4_0, Q4_1, Q8_0): activations in panels (matmul_internal.h). ----
  * Row r of block b is at xb + 32r, its scale at xb + 32R + 4r and its aux at
  * xb + 36R + 4r: constant offsets from one pointer, folded into the instructions
@@ -463,9 +464,15 @@ KQ_LOOP(mm_avx512_q5_K, mm_avx512_q5_K_panels, k_q5_k_row, MM_REC_Q5_K)
  * order (MM_Q6_QL/QH): over the old order's three interleaved word arrays it read
  * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
 KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
-#define DECODED_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_decoded##UE, MM_REC_DEC(UE))
+/* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts. */
+#define DECODED_TYPE(t, UE, NIB, ONE, NOMIN)                                                    \
+    AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) { \
+        k_decoded(a, grp, i0, R, acc, UE, NIB, ONE, NOMIN);                                     \
+    }                                                                                           \
+    GROUP_LOOP(mm_avx512_##t, k_##t, NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE))
+#define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
 MM_DECODED_BYTES(DECODED_LOOP)
-#define NIBBLE_LOOP(t, T, UE) GROUP_LOOP(mm_avx512_##t, k_nibbles##UE, MM_REC_NIB(UE))
+#define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)
 MM_DECODED_NIBBLES(NIBBLE_LOOP)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */

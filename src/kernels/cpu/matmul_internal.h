@@ -79,10 +79,15 @@
 #define MM_NIB_DMIN(UE) (8 * (UE) + 64)
 #define MM_NIB_S(UE) (8 * (UE) + 128)
 #define MM_NIB_M(UE) (9 * (UE) + 128)
-/* The decoded types: X(lower-case name, ggml name, unit elements), by form. */
-#define MM_DECODED_BYTES(X) X(q5_0, Q5_0, 32) X(q5_1, Q5_1, 32)
-#define MM_DECODED_NIBBLES(X) \
-    X(iq4_nl, IQ4_NL, 32) X(mxfp4, MXFP4, 32) X(q2_K, Q2_K, 256) X(q3_K, Q3_K, 256) X(iq4_xs, IQ4_XS, 256)
+/* The decoded types, by form: X(lower-case name, ggml name, unit elements, ONE, NOMIN),
+ * facts of the type's integer form that the SIMD kernels specialise on: ONE, the two
+ * halves of every 32-block share one scale (isum = s * (dlo + dhi), exactly the same
+ * integer); NOMIN, dmin = 0 and m = 0 (f = d * isum: fma(-0, 0, x) is x, sign of zero
+ * included). test_matmul_invariance checks each kernel against the unspecialised factor. */
+#define MM_DECODED_BYTES(X) X(q5_0, Q5_0, 32, 1, 1) X(q5_1, Q5_1, 32, 1, 0)
+#define MM_DECODED_NIBBLES(X)                                                                    \
+    X(iq4_nl, IQ4_NL, 32, 1, 1) X(mxfp4, MXFP4, 32, 1, 1) X(q2_K, Q2_K, 256, 0, 0) X(q3_K, Q3_K, 256, 0, 1) \
+    X(iq4_xs, IQ4_XS, 256, 1, 1)
 #define MM_DECODED(X) MM_DECODED_BYTES(X) MM_DECODED_NIBBLES(X)
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
@@ -221,9 +226,9 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
     void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);     \
     MM_DECODED_BYTES(MM_DECODED_KERNEL_##isa)
 #define MM_DECODED_KERNEL(isa, t) void mm_##isa##_##t(const mm_args *a, int64_t g0, int64_t g1);
-#define MM_DECODED_KERNEL_scalar(t, T, UE) MM_DECODED_KERNEL(scalar, t)
-#define MM_DECODED_KERNEL_avx2(t, T, UE) MM_DECODED_KERNEL(avx2, t)
-#define MM_DECODED_KERNEL_avx512(t, T, UE) MM_DECODED_KERNEL(avx512, t)
+#define MM_DECODED_KERNEL_scalar(t, T, ...) MM_DECODED_KERNEL(scalar, t)
+#define MM_DECODED_KERNEL_avx2(t, T, ...) MM_DECODED_KERNEL(avx2, t)
+#define MM_DECODED_KERNEL_avx512(t, T, ...) MM_DECODED_KERNEL(avx512, t)
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
@@ -251,7 +256,7 @@ void mm_pack_q4_1(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 void mm_pack_q4_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q5_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
-#define MM_PACK_DECODED(t, T, UE) void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
+#define MM_PACK_DECODED(t, T, ...) void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u);
 MM_DECODED(MM_PACK_DECODED)
 #undef MM_PACK_DECODED
 
@@ -267,7 +272,7 @@ MM_UNIT(q4_1)
 MM_UNIT(q4_K)
 MM_UNIT(q5_K)
 MM_UNIT(q6_K)
-#define MM_UNIT_DECODED(t, T, UE) MM_UNIT(t)
+#define MM_UNIT_DECODED(t, T, ...) MM_UNIT(t)
 MM_DECODED(MM_UNIT_DECODED)
 #undef MM_UNIT_DECODED
 #undef MM_UNIT

@@ -107,9 +107,9 @@ static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, in
     }
 }
 
-#define PACK_DECODED(t, T, UE) \
+#define PACK_DECODED(t, T, ...) \
     void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 0); }
 MM_DECODED_BYTES(PACK_DECODED)
-#define PACK_NIBBLES(t, T, UE) \
+#define PACK_NIBBLES(t, T, ...) \
     void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 1); }
 MM_DECODED_NIBBLES(PACK_NIBBLES)

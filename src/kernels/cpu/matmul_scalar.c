@@ -203,7 +203,7 @@ static inline __attribute__((always_inline)) float unit_decoded(const void *wrow
     return acc;
 }
 
-#define UNIT_DECODED(t, T, UE)                                                                            \
+#define UNIT_DECODED(t, T, ...)                                                                            \
     float mm_unit_##t(const void *wrow, int64_t u, const int8_t *xq, const float *xd, const int16_t *xs, \
                       float acc) {                                                                        \
         return unit_decoded(wrow, u, xq, xd, xs, acc, INVAR_T_##T);                                       \
@@ -292,10 +292,10 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
     }
 }
 
-#define DECODED_GROUPS(t, T, UE) \
+#define DECODED_GROUPS(t, T, UE, ...) \
     void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 0); }
 MM_DECODED_BYTES(DECODED_GROUPS)
-#define NIBBLE_GROUPS(t, T, UE) \
+#define NIBBLE_GROUPS(t, T, UE, ...) \
     void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 1); }
 MM_DECODED_NIBBLES(NIBBLE_GROUPS)
 
