@@ -290,16 +290,16 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
-    const int rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
-    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE);
+    const mm_dec_layout L = mm_dec_layout_of(NIB, UE, ONE, NOMIN);
+    const int rb = L.rec;
     const __m256i off = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
     const __m256i table = NIB ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a->kt->q->codes))
                               : _mm256_setzero_si256();
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * rb;
         prefetch_rec(rec, rb, h);
-        const __m256 d = _mm256_loadu_ps((const float *)(rec + od + 32 * h));
-        const __m256 dmin = _mm256_loadu_ps((const float *)(rec + od + 64 + 32 * h));
+        const __m256 d = _mm256_loadu_ps((const float *)(rec + L.d + 32 * h));
+        const __m256 dmin = NOMIN ? d : _mm256_loadu_ps((const float *)(rec + L.dmin + 32 * h));
         for (int j = 0; j < n32; j++) {
             const int64_t b = u * n32 + j;
             __m256i W[8], AW[8];
@@ -313,9 +313,9 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const
                 UNROLL for (int t = 0; t < 8; t++) W[t] = _mm256_xor_si256(ldw(rec + 64 * (8 * j + t) + 32 * h), off);
             }
             UNROLL for (int t = 0; t < 8; t++) AW[t] = _mm256_abs_epi8(W[t]);
-            const uint8_t *S = rec + os + 32 * j + 8 * h, *M = S + UE;
-            const __m256i s0 = i8x8_epi32(S), s1 = i8x8_epi32(S + 16);
-            const __m256i m0 = NOMIN ? s0 : i8x8_epi32(M), m1 = NOMIN ? s0 : i8x8_epi32(M + 16);
+            const int a0 = 16 * mm_dec_sidx(&L, j, 0) + 8 * h, a1 = 16 * mm_dec_sidx(&L, j, 1) + 8 * h;
+            const __m256i s0 = i8x8_epi32(rec + L.s + a0), s1 = ONE ? s0 : i8x8_epi32(rec + L.s + a1);
+            const __m256i m0 = NOMIN ? s0 : i8x8_epi32(rec + L.m + a0), m1 = NOMIN ? s0 : i8x8_epi32(rec + L.m + a1);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
@@ -425,7 +425,7 @@ KQ_LOOP(mm_avx2_q6_K, mm_avx2_q6_K_rows, k_q6_k_row, MM_REC_Q6_K)
     AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) { \
         k_decoded(a, grp, i0, h, R, acc, UE, NIB, ONE, NOMIN);                                         \
     }                                                                                                  \
-    GROUP_LOOP(mm_avx2_##t, k_##t, NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE))
+    GROUP_LOOP(mm_avx2_##t, k_##t, NIB ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
 #define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
 MM_DECODED_BYTES(DECODED_LOOP)
 #define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)

@@ -144,8 +144,8 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R,
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;
-    const int rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
-    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE);
+    const mm_dec_layout L = mm_dec_layout_of(NIB, UE, ONE, NOMIN);
+    const int rb = L.rec;
     __m512i table = _mm512_setzero_si512();
     if (NIB) {
         uint8_t t16[16];
@@ -156,8 +156,8 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R,
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * rb;
         prefetch_rec(rec, rb);
-        const __m512 d = _mm512_loadu_ps((const void *)(rec + od));
-        const __m512 dmin = _mm512_loadu_ps((const void *)(rec + od + 64));
+        const __m512 d = _mm512_loadu_ps((const void *)(rec + L.d));
+        const __m512 dmin = NOMIN ? d : _mm512_loadu_ps((const void *)(rec + L.dmin));
         for (int j = 0; j < n32; j++) {
             const int64_t b = u * n32 + j;
             __m512i Q[8];
@@ -170,9 +170,10 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R,
             } else {
                 UNROLL for (int t = 0; t < 8; t++) Q[t] = ldw(rec + 64 * (8 * j + t));
             }
-            const __m512i s0 = i8x16_epi32(rec + os + 32 * j), s1 = i8x16_epi32(rec + os + 32 * j + 16);
-            const __m512i m0 = NOMIN ? s0 : i8x16_epi32(rec + os + UE + 32 * j);
-            const __m512i m1 = NOMIN ? s0 : i8x16_epi32(rec + os + UE + 32 * j + 16);
+            const int a0 = 16 * mm_dec_sidx(&L, j, 0), a1 = 16 * mm_dec_sidx(&L, j, 1);
+            const __m512i s0 = i8x16_epi32(rec + L.s + a0), s1 = ONE ? s0 : i8x16_epi32(rec + L.s + a1);
+            const __m512i m0 = NOMIN ? s0 : i8x16_epi32(rec + L.m + a0);
+            const __m512i m1 = NOMIN ? s0 : i8x16_epi32(rec + L.m + a1);
             UNROLL for (int r = 0; r < R; r++) {
                 const int8_t *x = X.q + r * X.k + 32 * b;
                 const int16_t *xs = X.s + r * 2 * X.nb + 2 * b;
@@ -469,7 +470,7 @@ KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
     AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) { \
         k_decoded(a, grp, i0, R, acc, UE, NIB, ONE, NOMIN);                                     \
     }                                                                                           \
-    GROUP_LOOP(mm_avx512_##t, k_##t, NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE))
+    GROUP_LOOP(mm_avx512_##t, k_##t, NIB ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
 #define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
 MM_DECODED_BYTES(DECODED_LOOP)
 #define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)

@@ -62,8 +62,10 @@
  *  - nibble form (the types with quant_traits.codes: q is codes[n] for a 4-bit n):
  *    n as nibble words[UE/8][16] @0, word 4j + t holding elements 32j + 4t .. + 3 in its
  *    low nibbles and 32j + 16 + 4t .. + 3 in its high ones (the two 16-element halves of
- *    32-block j), then d, dmin, s, m as above @8UE, 8UE+64, 8UE+128, 9UE+128 = 10UE + 128 B
- *    (Q3_K: 0.66 bytes a weight against the byte form's 1.16).
+ *    32-block j), then d f32[16], dmin f32[16] (not for NOMIN types, below), s i8[NS][16]
+ *    and m i8[NS][16] (not for NOMIN), NS = UE/32 for ONE types (one per 32-block), else
+ *    UE/16 (mm_dec_layout_of): IQ4_XS 2240 B per 256 x 16 weights (0.55 bytes a weight),
+ *    Q3_K 2368, Q2_K 2688, against the byte form's 4736.
  * Both compute the same factor, so a type's bits do not depend on its form. Per
  * activation block b (sub-block j of the unit), with dlo/dhi the exact dots of the two
  * 16-element halves and xs the activation half sums:
@@ -74,11 +76,28 @@
 #define MM_DEC_DMIN(UE) (16 * (UE) + 64)
 #define MM_DEC_S(UE) (16 * (UE) + 128)
 #define MM_DEC_M(UE) (17 * (UE) + 128)
-#define MM_REC_NIB(UE) (10 * (UE) + 128)
-#define MM_NIB_D(UE) (8 * (UE))
-#define MM_NIB_DMIN(UE) (8 * (UE) + 64)
-#define MM_NIB_S(UE) (8 * (UE) + 128)
-#define MM_NIB_M(UE) (9 * (UE) + 128)
+#define MM_NIB_NS(UE, ONE) ((ONE) ? (UE) / 32 : (UE) / 16)
+#define MM_REC_NIB(UE, ONE, NOMIN) (8 * (UE) + ((NOMIN) ? 64 + 16 * MM_NIB_NS(UE, ONE) : 128 + 32 * MM_NIB_NS(UE, ONE)))
+/* Where a decoded record keeps its parts (byte offsets), for form NIB and the type's facts
+ * (below); the scales of 32-block j's halves are at s + 16 * sidx(j, half) (m likewise). */
+typedef struct {
+    int rec, d, dmin, s, m, per32;
+} mm_dec_layout;
+static inline __attribute__((always_inline)) mm_dec_layout mm_dec_layout_of(int nib, int ue, int one, int nomin) {
+    mm_dec_layout L;
+    if (!nib) {
+        L.rec = MM_REC_DEC(ue), L.d = MM_DEC_D(ue), L.dmin = MM_DEC_DMIN(ue), L.s = MM_DEC_S(ue), L.m = MM_DEC_M(ue);
+        L.per32 = 0;
+    } else {
+        L.d = 8 * ue, L.dmin = 8 * ue + 64, L.s = 8 * ue + (nomin ? 64 : 128);
+        L.m = L.s + 16 * MM_NIB_NS(ue, one), L.rec = MM_REC_NIB(ue, one, nomin);
+        L.per32 = one;
+    }
+    return L;
+}
+static inline __attribute__((always_inline)) int mm_dec_sidx(const mm_dec_layout *L, int j, int half) {
+    return L->per32 ? j : 2 * j + half;
+}
 /* The decoded types, by form: X(lower-case name, ggml name, unit elements, ONE, NOMIN),
  * facts of the type's integer form that the SIMD kernels specialise on: ONE, the two
  * halves of every 32-block share one scale (isum = s * (dlo + dhi), exactly the same

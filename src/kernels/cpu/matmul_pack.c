@@ -75,14 +75,17 @@ void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
     }
 }
 
-/* Decoded types: the integer form of each column's block, laid out as MM_REC_DEC (bytes
- * q + 128) or MM_REC_NIB (nibble codes: the first code of q's value in the type's table;
- * a value listed twice, as MXFP4's zero, decodes the same either way). */
+/* Decoded types: the integer form of each column's block, laid out as mm_dec_layout_of
+ * says: bytes q + 128 (MM_REC_DEC) or nibble codes (MM_REC_NIB: the first code of q's
+ * value in the type's table; a value listed twice, as MXFP4's zero, decodes the same
+ * either way), with one scale per 32-block for ONE types and no minimums for NOMIN ones
+ * in the nibble form (the type's decoder guarantees both; test_matmul_invariance checks
+ * the packed bits against the integer form). */
 static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type,
-                         int nib) {
+                         int nib, int one, int nomin) {
     const quant_traits *qt = &quant_type_table[type];
     const int ue = qt->block_elems;
-    const size_t od = nib ? MM_NIB_D(ue) : MM_DEC_D(ue), os = nib ? MM_NIB_S(ue) : MM_DEC_S(ue);
+    const mm_dec_layout L = mm_dec_layout_of(nib, ue, one, nomin);
     uint8_t code_of[256] = {0};
     if (nib)
         for (int n = 15; n >= 0; n--) code_of[(uint8_t)(qt->codes[n] + 128)] = (uint8_t)n;
@@ -98,18 +101,19 @@ static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, in
                 const int j = e / 32, i = e % 32;
                 rec[64 * (4 * j + (i % 16) / 4) + 4 * c + i % 4] |= (uint8_t)(code_of[q[e]] << (i < 16 ? 0 : 4));
             }
-        memcpy(rec + od + 4 * c, &B.d, 4);
-        memcpy(rec + od + 64 + 4 * c, &B.dmin, 4);
+        memcpy(rec + L.d + 4 * c, &B.d, 4);
+        if (!(nib && nomin)) memcpy(rec + L.dmin + 4 * c, &B.dmin, 4);
         for (int h = 0; h < ue / 16; h++) {
-            rec[os + 16 * h + c] = (uint8_t)B.s[h];
-            rec[os + (size_t)ue + 16 * h + c] = (uint8_t)B.m[h];
+            const int at = 16 * mm_dec_sidx(&L, h / 2, h % 2) + c;
+            rec[L.s + at] = (uint8_t)B.s[h];
+            if (!(nib && nomin)) rec[L.m + at] = (uint8_t)B.m[h];
         }
     }
 }
 
-#define PACK_DECODED(t, T, ...) \
-    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 0); }
+#define PACK_DECODED(t, T, UE, ONE, NOMIN) \
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 0, ONE, NOMIN); }
 MM_DECODED_BYTES(PACK_DECODED)
-#define PACK_NIBBLES(t, T, ...) \
-    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 1); }
+#define PACK_NIBBLES(t, T, UE, ONE, NOMIN) \
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 1, ONE, NOMIN); }
 MM_DECODED_NIBBLES(PACK_NIBBLES)

@@ -251,12 +251,13 @@ static inline __attribute__((always_inline)) int packed_q(const uint8_t *rec, in
 }
 
 static inline __attribute__((always_inline)) void decoded_groups(const mm_args *a, int64_t g0, int64_t g1,
-                                                                 const int UE, const int NIB) {
+                                                                 const int UE, const int NIB, const int ONE,
+                                                                 const int NOMIN) {
     const cpu_weight *w = a->w;
     const int8_t *codes = a->kt->q->codes;
-    const size_t rb = NIB ? MM_REC_NIB(UE) : MM_REC_DEC(UE);
-    const int od = NIB ? MM_NIB_D(UE) : MM_DEC_D(UE), odmin = NIB ? MM_NIB_DMIN(UE) : MM_DEC_DMIN(UE);
-    const int os = NIB ? MM_NIB_S(UE) : MM_DEC_S(UE), om = NIB ? MM_NIB_M(UE) : MM_DEC_M(UE);
+    const mm_dec_layout L = mm_dec_layout_of(NIB, UE, ONE, NOMIN);
+    const size_t rb = (size_t)L.rec;
+    const int stored_min = !(NIB && NOMIN); /* else dmin and m are 0 */
     const int64_t nu = w->k / UE, nb = a->xq.nb, k = w->k;
     const int n32 = UE / 32;
     for (int64_t g = g0; g < g1; g++) {
@@ -269,9 +270,9 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
                 float acc = 0.0f;
                 for (int64_t u = 0; u < nu; u++) {
                     const uint8_t *rec = grp + (size_t)u * rb;
-                    float d, dmin;
-                    memcpy(&d, rec + od + 4 * c, 4);
-                    memcpy(&dmin, rec + odmin + 4 * c, 4);
+                    float d, dmin = 0.0f;
+                    memcpy(&d, rec + L.d + 4 * c, 4);
+                    if (stored_min) memcpy(&dmin, rec + L.dmin + 4 * c, 4);
                     for (int j = 0; j < n32; j++) {
                         const int64_t b = u * n32 + j;
                         const int8_t *x = xq + b * 32;
@@ -280,9 +281,9 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
                             dlo += packed_q(rec, c, 32 * j + e, NIB, codes) * x[e];
                             dhi += packed_q(rec, c, 32 * j + 16 + e, NIB, codes) * x[16 + e];
                         }
-                        const uint8_t *S = rec + os + 32 * j + c, *M = rec + om + 32 * j + c;
-                        int isum = (int8_t)S[0] * dlo + (int8_t)S[16] * dhi;
-                        int imin = (int8_t)M[0] * xs[2 * b] + (int8_t)M[16] * xs[2 * b + 1];
+                        const int s0 = 16 * mm_dec_sidx(&L, j, 0) + c, s1 = 16 * mm_dec_sidx(&L, j, 1) + c;
+                        int isum = (int8_t)rec[L.s + s0] * dlo + (int8_t)rec[L.s + s1] * dhi;
+                        int imin = stored_min ? (int8_t)rec[L.m + s0] * xs[2 * b] + (int8_t)rec[L.m + s1] * xs[2 * b + 1] : 0;
                         float f = fmaf(-dmin, (float)imin, d * (float)isum);
                         acc = fmaf(xd[b], f, acc);
                     }
@@ -292,11 +293,11 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
     }
 }
 
-#define DECODED_GROUPS(t, T, UE, ...) \
-    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 0); }
+#define DECODED_GROUPS(t, T, UE, ONE, NOMIN) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 0, ONE, NOMIN); }
 MM_DECODED_BYTES(DECODED_GROUPS)
-#define NIBBLE_GROUPS(t, T, UE, ...) \
-    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 1); }
+#define NIBBLE_GROUPS(t, T, UE, ONE, NOMIN) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 1, ONE, NOMIN); }
 MM_DECODED_NIBBLES(NIBBLE_GROUPS)
 
 /* Float weights: element kk of a row, per type. */

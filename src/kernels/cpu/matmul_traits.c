@@ -34,7 +34,7 @@ static const mm_kernel k_kernels[QUANT_TYPE_END] = {
 #define DECODED(t, T, UE, ...) QUANT(T, t, MM_REC_DEC(UE), .panel = MM_PANEL_NONE),
     MM_DECODED_BYTES(DECODED)
 #undef DECODED
-#define NIBBLES(t, T, UE, ...) QUANT(T, t, MM_REC_NIB(UE), .panel = MM_PANEL_NONE),
+#define NIBBLES(t, T, UE, ONE, NOMIN) QUANT(T, t, MM_REC_NIB(UE, ONE, NOMIN), .panel = MM_PANEL_NONE),
     MM_DECODED_NIBBLES(NIBBLES)
 #undef NIBBLES
 };
