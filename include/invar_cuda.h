@@ -126,8 +126,11 @@ int invar_cuda_sample_rows(invar_cuda_ctx *ctx, const float *logits, int ld, int
 #ifndef INVAR_CUDA_KV_SPLIT
 #define INVAR_CUDA_KV_SPLIT 512
 #endif
-/* MLA attention's split (a kernel family of its own: its own fixed absolute boundaries). */
+/* MLA attention's split (a kernel family of its own: its own fixed absolute boundaries; a
+ * build may set another multiple of 64, as for INVAR_CUDA_KV_SPLIT). */
+#ifndef INVAR_CUDA_MLA_KV_SPLIT
 #define INVAR_CUDA_MLA_KV_SPLIT 256
+#endif
 
 typedef struct invar_cuda_attn_plan invar_cuda_attn_plan;
 /* Builds the work list for one batch (host arrays; copies them to the device). */
