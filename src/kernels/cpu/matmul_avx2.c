@@ -421,15 +421,12 @@ KQ_LOOP(mm_avx2_q4_K, mm_avx2_q4_K_rows, k_q4_k_row, MM_REC_Q4_K)
 KQ_LOOP(mm_avx2_q5_K, mm_avx2_q5_K_rows, k_q5_k_row, MM_REC_Q5_K)
 KQ_LOOP(mm_avx2_q6_K, mm_avx2_q6_K_rows, k_q6_k_row, MM_REC_Q6_K)
 /* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts. */
-#define DECODED_TYPE(t, UE, NIB, ONE, NOMIN)                                                           \
+#define DECODED_TYPE(t, T, UE, NIB, ONE, NOMIN)                                                           \
     AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) { \
         k_decoded(a, grp, i0, h, R, acc, UE, NIB, ONE, NOMIN);                                         \
     }                                                                                                  \
-    GROUP_LOOP(mm_avx2_##t, k_##t, NIB ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
-#define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
-MM_DECODED_BYTES(DECODED_LOOP)
-#define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)
-MM_DECODED_NIBBLES(NIBBLE_LOOP)
+    GROUP_LOOP(mm_avx2_##t, k_##t, MM_REC_DECODED(UE, NIB, ONE, NOMIN))
+MM_DECODED(DECODED_TYPE)
 
 /* Exact max / integer sum of 8 lanes (order cannot matter for these). */
 AI float hmax8(__m256 v) {

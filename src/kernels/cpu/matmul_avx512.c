@@ -466,15 +466,12 @@ KQ_LOOP(mm_avx512_q5_K, mm_avx512_q5_K_panels, k_q5_k_row, MM_REC_Q5_K)
  * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
 KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
 /* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts. */
-#define DECODED_TYPE(t, UE, NIB, ONE, NOMIN)                                                    \
+#define DECODED_TYPE(t, T, UE, NIB, ONE, NOMIN)                                                    \
     AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) { \
         k_decoded(a, grp, i0, R, acc, UE, NIB, ONE, NOMIN);                                     \
     }                                                                                           \
-    GROUP_LOOP(mm_avx512_##t, k_##t, NIB ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
-#define DECODED_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 0, ONE, NOMIN)
-MM_DECODED_BYTES(DECODED_LOOP)
-#define NIBBLE_LOOP(t, T, UE, ONE, NOMIN) DECODED_TYPE(t, UE, 1, ONE, NOMIN)
-MM_DECODED_NIBBLES(NIBBLE_LOOP)
+    GROUP_LOOP(mm_avx512_##t, k_##t, MM_REC_DECODED(UE, NIB, ONE, NOMIN))
+MM_DECODED(DECODED_TYPE)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */
 AI void quant_block(const float *xb, int8_t *q, float *d, int *s0, int *s1) {

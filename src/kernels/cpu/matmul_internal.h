@@ -98,16 +98,18 @@ static inline __attribute__((always_inline)) mm_dec_layout mm_dec_layout_of(int 
 static inline __attribute__((always_inline)) int mm_dec_sidx(const mm_dec_layout *L, int j, int half) {
     return L->per32 ? j : 2 * j + half;
 }
-/* The decoded types, by form: X(lower-case name, ggml name, unit elements, ONE, NOMIN),
- * facts of the type's integer form that the SIMD kernels specialise on: ONE, the two
+/* The decoded types: X(lower-case name, ggml name, unit elements, NIB, ONE, NOMIN), NIB
+ * the record form (0 bytes, 1 nibbles), then facts of the type's integer form that the
+ * kernels and the nibble record specialise on: ONE, the two
  * halves of every 32-block share one scale (isum = s * (dlo + dhi), exactly the same
  * integer); NOMIN, dmin = 0 and m = 0 (f = d * isum: fma(-0, 0, x) is x, sign of zero
  * included). test_matmul_invariance checks each kernel against the unspecialised factor. */
-#define MM_DECODED_BYTES(X) X(q5_0, Q5_0, 32, 1, 1) X(q5_1, Q5_1, 32, 1, 0)
-#define MM_DECODED_NIBBLES(X)                                                                    \
-    X(iq4_nl, IQ4_NL, 32, 1, 1) X(mxfp4, MXFP4, 32, 1, 1) X(q2_K, Q2_K, 256, 0, 0) X(q3_K, Q3_K, 256, 0, 1) \
-    X(iq4_xs, IQ4_XS, 256, 1, 1)
-#define MM_DECODED(X) MM_DECODED_BYTES(X) MM_DECODED_NIBBLES(X)
+#define MM_DECODED(X)                                                                          \
+    X(q5_0, Q5_0, 32, 0, 1, 1) X(q5_1, Q5_1, 32, 0, 1, 0) X(iq4_nl, IQ4_NL, 32, 1, 1, 1)         \
+    X(mxfp4, MXFP4, 32, 1, 1, 1) X(q2_K, Q2_K, 256, 1, 0, 0) X(q3_K, Q3_K, 256, 1, 0, 1)        \
+    X(iq4_xs, IQ4_XS, 256, 1, 1, 1)
+/* The record size of a decoded type. */
+#define MM_REC_DECODED(UE, NIB, ONE, NOMIN) ((NIB) ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
 typedef struct {
@@ -243,7 +245,7 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
     void mm_##isa##_q4_K(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q5_K(const mm_args *a, int64_t g0, int64_t g1);     \
     void mm_##isa##_q6_K(const mm_args *a, int64_t g0, int64_t g1);     \
-    MM_DECODED_BYTES(MM_DECODED_KERNEL_##isa)
+    MM_DECODED(MM_DECODED_KERNEL_##isa)
 #define MM_DECODED_KERNEL(isa, t) void mm_##isa##_##t(const mm_args *a, int64_t g0, int64_t g1);
 #define MM_DECODED_KERNEL_scalar(t, T, ...) MM_DECODED_KERNEL(scalar, t)
 #define MM_DECODED_KERNEL_avx2(t, T, ...) MM_DECODED_KERNEL(avx2, t)
@@ -251,9 +253,6 @@ int mm_block_scale(float amax, int bad, float *d, float *id);
 MM_KERNELS(scalar)
 MM_KERNELS(avx2)
 MM_KERNELS(avx512)
-MM_DECODED_NIBBLES(MM_DECODED_KERNEL_scalar)
-MM_DECODED_NIBBLES(MM_DECODED_KERNEL_avx2)
-MM_DECODED_NIBBLES(MM_DECODED_KERNEL_avx512)
 /* K-quant kernels over activation panels (matmul_kq_avx512.c), called by mm_avx512_q*_K. */
 void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q5_K_panels(const mm_args *a, int64_t g0, int64_t g1);

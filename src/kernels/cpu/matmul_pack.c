@@ -111,9 +111,6 @@ static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, in
     }
 }
 
-#define PACK_DECODED(t, T, UE, ONE, NOMIN) \
-    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 0, ONE, NOMIN); }
-MM_DECODED_BYTES(PACK_DECODED)
-#define PACK_NIBBLES(t, T, UE, ONE, NOMIN) \
-    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, 1, ONE, NOMIN); }
-MM_DECODED_NIBBLES(PACK_NIBBLES)
+#define PACK_DECODED(t, T, UE, NIB, ONE, NOMIN) \
+    void mm_pack_##t(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u) { pack_decoded(rec, rows, ncols, u, INVAR_T_##T, NIB, ONE, NOMIN); }
+MM_DECODED(PACK_DECODED)

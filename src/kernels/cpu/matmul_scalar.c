@@ -293,12 +293,9 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
     }
 }
 
-#define DECODED_GROUPS(t, T, UE, ONE, NOMIN) \
-    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 0, ONE, NOMIN); }
-MM_DECODED_BYTES(DECODED_GROUPS)
-#define NIBBLE_GROUPS(t, T, UE, ONE, NOMIN) \
-    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, 1, ONE, NOMIN); }
-MM_DECODED_NIBBLES(NIBBLE_GROUPS)
+#define DECODED_GROUPS(t, T, UE, NIB, ONE, NOMIN) \
+    void mm_scalar_##t(const mm_args *a, int64_t g0, int64_t g1) { decoded_groups(a, g0, g1, UE, NIB, ONE, NOMIN); }
+MM_DECODED(DECODED_GROUPS)
 
 /* Float weights: element kk of a row, per type. */
 static inline float weight_f32(const void *wrow, int64_t kk) { return ((const float *)wrow)[kk]; }

@@ -31,12 +31,9 @@ static const mm_kernel k_kernels[QUANT_TYPE_END] = {
     QUANT(Q5_K, q5_K, MM_REC_Q5_K, .panel = MM_PANEL_SUM, .panel_min_m = 2),
     QUANT(Q6_K, q6_K, MM_REC_Q6_K, .panel = MM_PANEL_HALVES, .panel_offset = -32, .panel_min_m = 2),
     /* The decoded types share one record layout and kernel per form and unit size. */
-#define DECODED(t, T, UE, ...) QUANT(T, t, MM_REC_DEC(UE), .panel = MM_PANEL_NONE),
-    MM_DECODED_BYTES(DECODED)
+#define DECODED(t, T, UE, NIB, ONE, NOMIN) QUANT(T, t, MM_REC_DECODED(UE, NIB, ONE, NOMIN), .panel = MM_PANEL_NONE),
+    MM_DECODED(DECODED)
 #undef DECODED
-#define NIBBLES(t, T, UE, ONE, NOMIN) QUANT(T, t, MM_REC_NIB(UE, ONE, NOMIN), .panel = MM_PANEL_NONE),
-    MM_DECODED_NIBBLES(NIBBLES)
-#undef NIBBLES
 };
 
 const mm_kernel *mm_kernel_of(uint32_t type) {
