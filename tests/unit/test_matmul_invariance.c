@@ -4,7 +4,7 @@
  * threads: a pool of distinct activation rows is placed at random positions in batches
  * of M = 1..64 and a spread of sizes up to 301; each row of the M-row result must equal
  * (memcmp) that row's M = 1 result. Also: all ISAs give identical bits. On AVX-512 the
- * K-quants run their one-row kernels at M = 1 and the panel kernels from M = 2 (panels of
+ * K-quants and the decoded types run their one-row kernels at M = 1 and the panel kernels from M = 2 (panels of
  * 8 rows and a remainder panel of 1..7), and on AVX2 their one-row kernels at M = 1..3 and
  * the unpacked-chunk kernels of matmul_kq_avx2.c from M = 4 (tiles of 4 rows and a
  * remainder of 1..3, group-major up to 16 rows, chunk-major above), so the sweep proves

@@ -10,7 +10,8 @@
  * Q4_0, Q4_1 and Q8_0 (the panel types) read the activations as 8-row panels
  * (matmul_internal.h) and, from three panels up, an unpacked copy of each weight group
  * in L1 (run_panels). K-quants: one row (decode) reads the row layout with the one-row
- * kernels here; from two rows, panels (matmul_kq_avx512.c). Float types: see below.
+ * kernels here; from two rows, panels (matmul_kq_avx512.c; the decoded types,
+ * matmul_dec_avx512.c). Float types: see below.
  *
  * dpbusd wants unsigned x signed: nibble and six-bit quants are already unsigned and
  * their offsets (-8, -32) come out of the activation sums; Q8_0 weights are made
@@ -423,7 +424,7 @@ void mm_avx512_q8_0(const mm_args *a, int64_t g0, int64_t g1) { run_panels(a, IN
 
 /* Groups [g0, g1) for all rows, MR rows at a time (decoded types). */
 #define GROUP_LOOP(NAME, K, REC)                                                        \
-    void NAME(const mm_args *a, int64_t g0, int64_t g1) {                               \
+    static void NAME(const mm_args *a, int64_t g0, int64_t g1) {                        \
         const cpu_weight *w = a->w;                                                     \
         const int64_t nu = w->k / a->kt->q->block_elems;                                \
         for (int64_t i0 = 0; i0 < a->m; i0 += MR) {                                     \
@@ -465,12 +466,18 @@ KQ_LOOP(mm_avx512_q5_K, mm_avx512_q5_K_panels, k_q5_k_row, MM_REC_Q5_K)
  * order (MM_Q6_QL/QH): over the old order's three interleaved word arrays it read
  * 13-16.6 GB/s against the multi-row kernel's 19-28 (bench/README.md). */
 KQ_LOOP(mm_avx512_q6_K, mm_avx512_q6_K_panels, k_q6_k_row, MM_REC_Q6_K)
-/* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts. */
+/* Each decoded type's kernel: k_decoded specialised on its form and integer-form facts for
+ * one row (decode, the row layout), the panel kernels of matmul_dec_avx512.c from two rows;
+ * both perform the decoded factor's operations per block, so the choice by m changes no bit. */
 #define DECODED_TYPE(t, T, UE, NIB, ONE, NOMIN)                                                    \
     AI void k_##t(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) { \
         k_decoded(a, grp, i0, R, acc, UE, NIB, ONE, NOMIN);                                     \
     }                                                                                           \
-    GROUP_LOOP(mm_avx512_##t, k_##t, MM_REC_DECODED(UE, NIB, ONE, NOMIN))
+    GROUP_LOOP(mm_avx512_##t##_rows, k_##t, MM_REC_DECODED(UE, NIB, ONE, NOMIN))                \
+    void mm_avx512_##t(const mm_args *a, int64_t g0, int64_t g1) {                              \
+        if (a->xp) mm_avx512_##t##_panels(a, g0, g1);                                           \
+        else mm_avx512_##t##_rows(a, g0, g1);                                                   \
+    }
 MM_DECODED(DECODED_TYPE)
 
 /* One 32-block: q, its scale d and the sums of the two 16-element halves. */

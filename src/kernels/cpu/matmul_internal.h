@@ -120,17 +120,19 @@ typedef struct {
 } mm_xq;
 
 /* Activation panels: the AVX-512 layout of the quantised activations for Q4_0, Q4_1,
- * Q8_0 and (from 2 rows) K-quant weights. Rows are grouped in panels of MM_PR (the last
- * panel has m % MM_PR rows, R in general); with PB = mm_panel_bytes(kt), panel p starts
- * at byte p * MM_PR * nb * PB and holds, for each block b at offset b * R * PB:
+ * Q8_0 and (from 2 rows) K-quant and decoded-type weights. Rows are grouped in panels of
+ * MM_PR (the last panel has m % MM_PR rows, R in general); with PB = mm_panel_bytes(kt),
+ * panel p starts at byte p * MM_PR * nb * PB and holds, for each block b at offset
+ * b * R * PB:
  *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)  [| aux2[R]]
  * with aux the type's row-only block constant, exact: Q4_0 int32 -8*sum(q),
- * Q8_0 int32 -128*sum(q), Q4_1, Q4_K, Q5_K float (float)sum(q); Q6_K (MM_PANEL_HALVES)
- * int32 MM_PANEL_MAGIC - 32*sum(q[0..15]) and aux2 the same of q[16..31] (the start of
- * a dot chain whose int32 result, read as a float, is 1.5 * 2^23 + the exact dot). The R
- * rows of a block sit side by side, so a kernel addresses any row of the panel at a
- * constant offset from one pointer. PB = 40: the size of the row layout of mm_xq (k + 8
- * bytes per block); 44 with aux2 (cpu_matmul_scratch_bytes leaves room for it). */
+ * Q8_0 int32 -128*sum(q), Q4_1, Q4_K, Q5_K float (float)sum(q); Q6_K and the decoded
+ * types (MM_PANEL_HALVES) int32 MM_PANEL_MAGIC + panel_offset * sum(q[0..15]) (offset
+ * -32 and -128) and aux2 the same of q[16..31] (the start of a dot chain whose int32
+ * result, read as a float, is 1.5 * 2^23 + the exact dot). The R rows of a block sit side
+ * by side, so a kernel addresses any row of the panel at a constant offset from one
+ * pointer. PB = 40: the size of the row layout of mm_xq (k + 8 bytes per block); 44 with
+ * aux2 (cpu_matmul_scratch_bytes leaves room for it). */
 #define MM_PR 8
 #define MM_PB 40 /* bytes per row per block, without aux2 */
 /* The bits of 1.5 * 2^23: added to an integer n with |n| < 2^22, they give the bits of the
@@ -257,6 +259,9 @@ MM_KERNELS(avx512)
 void mm_avx512_q4_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q5_K_panels(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx512_q6_K_panels(const mm_args *a, int64_t g0, int64_t g1);
+/* Decoded-type kernels over activation panels (matmul_dec_avx512.c), likewise. */
+#define MM_DECODED_PANELS(t, T, ...) void mm_avx512_##t##_panels(const mm_args *a, int64_t g0, int64_t g1);
+MM_DECODED(MM_DECODED_PANELS)
 /* AVX2 K-quant kernels for several rows (matmul_kq_avx2.c), called by mm_avx2_q*_K. */
 void mm_avx2_q4_K_rows(const mm_args *a, int64_t g0, int64_t g1);
 void mm_avx2_q5_K_rows(const mm_args *a, int64_t g0, int64_t g1);
