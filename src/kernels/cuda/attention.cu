@@ -4,7 +4,8 @@
  * accumulation.
  *
  * For a query row (token, head) the keys are cut into splits at absolute positions
- * [256c, 256c+256), and each split into blocks of 64 at absolute positions. A split is
+ * [S c, S c + S) (S = INVAR_CUDA_KV_SPLIT), and each split into blocks of 64 at absolute
+ * positions. A split is
  * reduced block by block in position order (online softmax from a fresh state; positions past
  * the token's or the cache end get weight exactly 0), giving (m_c = max score in log2 units,
  * l_c = sum 2^(s - m_c), o_c = sum 2^(s - m_c) v). Splits are then folded in order c = 0, 1, ...
@@ -106,6 +107,24 @@ template <int N, class Op> static __device__ __forceinline__ float tree_reduce(c
     for (int i = 0; i < N; i++) t[i] = v[i];
     tree<N, Op>::fold(t);
     return t[0];
+}
+
+/* The max a row's online state moves to after a block whose largest scaled score is mb:
+ * mb only once it exceeds the current max mc by more than RESCALE_LOG2 (the lazy rescale of
+ * FlashAttention-4). Below that, mc stays: the block's weights 2^(s - mc) reach at most
+ * 2^RESCALE_LOG2 (fp32 l and O, and P in bf16, which keeps its relative precision at any
+ * magnitude, hold them), alpha is exactly 1 and O's rescale (64 multiplies a thread and block
+ * at head_dim 128) is skipped where no row of the warp moved. A function of the row's own
+ * scores at fixed absolute blocks, on every path alike, so no bit depends on the batch;
+ * 0 rescales on any increase (the rule before 2026-12-05, kept for the benchmark's peer build). */
+#ifndef INVAR_CUDA_ATTN_RESCALE_LOG2
+#define INVAR_CUDA_ATTN_RESCALE_LOG2 8
+#endif
+static_assert(INVAR_CUDA_ATTN_RESCALE_LOG2 >= 0 && INVAR_CUDA_ATTN_RESCALE_LOG2 <= 16,
+              "weights up to 2^16 keep l and O far from fp32's range at any context");
+static __device__ __forceinline__ float next_max(float mc, float mb)
+{
+    return mb > __fadd_rn(mc, (float)INVAR_CUDA_ATTN_RESCALE_LOG2) ? mb : mc;
 }
 
 /* One fold step: (m, l, o) <- (m, l, o) (+) (mc, lc, oc), m in log2 units. The caller applies

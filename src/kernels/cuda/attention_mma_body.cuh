@@ -172,7 +172,7 @@ static __device__ __noinline__ void AT(attn_item_run)(const invar_cuda_attn_item
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
-                const float mnew = fmaxf(mc[h], __fmul_rn(mx, sl2));
+                const float mnew = next_max(mc[h], __fmul_rn(mx, sl2));
                 const float muse = mnew == -INFINITY ? 0.0f : mnew;
                 alpha[h] = ex2(__fsub_rn(mc[h], muse));
                 mc[h] = mnew;

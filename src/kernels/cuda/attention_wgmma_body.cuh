@@ -226,7 +226,7 @@ static __device__ __forceinline__ void AT(wg_softmax_rows)(const float *s, AT(wg
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         /* Rounding is monotonic, so max(s) * sl2 is the max of the scaled scores. */
-        const float mnew = fmaxf(st.mc[h], __fmul_rn(mx, sl2));
+        const float mnew = next_max(st.mc[h], __fmul_rn(mx, sl2));
         const float muse = mnew == -INFINITY ? 0.0f : mnew;
         alpha[h] = ex2(__fsub_rn(st.mc[h], muse));
         st.mc[h] = mnew;
@@ -239,22 +239,27 @@ static __device__ __forceinline__ void AT(wg_softmax_rows)(const float *s, AT(wg
     }
 }
 
-static __device__ __forceinline__ void AT(wg_softmax_w)(const float *s, AT(wg_state) &st, const AT(wg_rows) &rw,
+/* False (vv and alpha left unset) for a warp without real rows: its P is 0 (wg_zero_p). The
+ * callers zero P only on that path: zeroing vv ahead of the branch cost ~50 instructions in
+ * every block (ptxas hoisted it). */
+static __device__ __forceinline__ bool AT(wg_softmax_w)(const float *s, AT(wg_state) &st, const AT(wg_rows) &rw,
                                                         int kbase, float sl2, int tig, float (*vv)[KB / 4],
                                                         float *alpha)
 {
-    alpha[0] = alpha[1] = 1.0f;
-    if (!rw.wreal) {
-#pragma unroll
-        for (int i = 0; i < KB / 4; i++) vv[0][i] = vv[1][i] = 0.0f;
-        return;
-    }
+    if (!rw.wreal) return false;
     /* Keys past a row's position exist only in the warpgroup's diagonal blocks: the mask is
      * compiled into those alone (a key below every row's position keeps its score either way). */
     if (kbase + KB - 1 > rw.wfirst)
         AT(wg_softmax_rows)<true>(s, st, rw, kbase, sl2, tig, vv, alpha);
     else
         AT(wg_softmax_rows)<false>(s, st, rw, kbase, sl2, tig, vv, alpha);
+    return true;
+}
+
+static __device__ __forceinline__ void AT(wg_zero_p)(uint32_t (*pa)[4])
+{
+#pragma unroll
+    for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
 }
 
 /* P (the weights, bf16) as the A operand of P V: k16 slice j is columns 16j .. 16j+15 of S
@@ -290,9 +295,12 @@ static __device__ __forceinline__ void AT(wg_softmax)(const float *s, AT(wg_stat
                                                       float sl2, int tig, uint32_t (*pa)[4])
 {
     float vv[2][KB / 4], alpha[2];
-    AT(wg_softmax_w)(s, st, rw, kbase, sl2, tig, vv, alpha);
-    AT(wg_rescale)(st.o, alpha);
-    AT(wg_pack_p)(vv, pa);
+    if (AT(wg_softmax_w)(s, st, rw, kbase, sl2, tig, vv, alpha)) {
+        AT(wg_rescale)(st.o, alpha);
+        AT(wg_pack_p)(vv, pa);
+    } else {
+        AT(wg_zero_p)(pa);
+    }
 }
 
 /* The split that block kb ends: its (m, l, o) out (split items, or RUN = false), or folded

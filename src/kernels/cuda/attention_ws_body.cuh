@@ -123,7 +123,9 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
 
     /* ---- consumers ---- */
     SETMAXNREG_INC(232);
-    const int wwarp = (tid >> 5) & 3, tig = lane & 3, G = n_heads / n_kv;
+    /* wwarp through a shuffle, as wg: warp-uniform to the compiler, so that the branches on
+     * rw.wreal keep the loop's descriptors in uniform registers */
+    const int wwarp = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0), tig = lane & 3, G = n_heads / n_kv;
     const float sl2 = __fmul_rn(scale, 1.44269504088896341f);
     const uint32_t qa = q_s + (uint32_t)wg * (64 * HD * 2);
     const int turn_mine = 1 + wg, turn_other = 2 - wg;
@@ -151,8 +153,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
          * 0: adding P V = 0 (V finite: cached values, or the producer's zeros) leaves O's bits
          * unchanged (O is never -0), and such a block's S is not used. */
         uint32_t pa[KB / 16][4];
-#pragma unroll
-        for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
+        AT(wg_zero_p)(pa);
         uint32_t prev_s = 0;
         bool prev_end = false;
         for (int kb = kb0; kb < kb1; kb++, n++) {
@@ -177,13 +178,8 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
                  * rescaled once that P V is in. */
                 wgmma_wait1();
                 fence_regs<KB / 2>(sacc);
-                float vv[2][KB / 4], alpha[2] = {1.0f, 1.0f};
-                if (act) {
-                    AT(wg_softmax_w)(sacc, st, rw, kbase, sl2, tig, vv, alpha);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < KB / 4; i++) vv[0][i] = vv[1][i] = 0.0f;
-                }
+                float vv[2][KB / 4], alpha[2];
+                const bool w = act && AT(wg_softmax_w)(sacc, st, rw, kbase, sl2, tig, vv, alpha);
                 wgmma_wait0();
                 fence_regs<HD / 2>(st.o);
                 fence_regs_u<KB / 4>(&pa[0][0]);
@@ -191,8 +187,12 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
                     __syncwarp();
                     if (lane == 0) mbar_arrive(empty0 + 8 * prev_s);
                 }
-                if (act) AT(wg_rescale)(st.o, alpha);
-                AT(wg_pack_p)(vv, pa);
+                if (w) {
+                    AT(wg_rescale)(st.o, alpha);
+                    AT(wg_pack_p)(vv, pa);
+                } else {
+                    AT(wg_zero_p)(pa);
+                }
             } else {
                 /* (The previous block ended a split: its state goes out before this block
                  * starts the next split's.) */
@@ -205,12 +205,8 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
                     if (prev_end)
                         AT(wg_split_end)<true, NT>(kb - 1, it, st, rw, orun, ws, tok_pbase, n_heads, kh, G, tig, fold_ctl);
                 }
-                if (act) {
-                    AT(wg_softmax)(sacc, st, rw, kbase, sl2, tig, pa);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < KB / 16; j++) pa[j][0] = pa[j][1] = pa[j][2] = pa[j][3] = 0u;
-                }
+                if (act) AT(wg_softmax)(sacc, st, rw, kbase, sl2, tig, pa);
+                else AT(wg_zero_p)(pa);
             }
             prev_s = s;
             prev_end = AT(wg_split_ends)(kb, kb1);
