@@ -16,7 +16,7 @@ static inline invar_model *fixture_model(void) {
     invar_model *m = NULL;
     if (invar_model_load(path, &m, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s (run scripts/fetch_model.sh)\n", path, err);
-        return NULL;
+        exit(1); /* every test of the file needs it: fail at once, with the message above */
     }
     return m;
 }
@@ -51,6 +51,7 @@ static inline prompt_ids *fixture_prompts(const invar_model *m, int n) {
 }
 
 static inline void fixture_prompts_free(prompt_ids *p, int n) {
+    if (!p) return; /* a group set-up that failed before the prompts (no model) */
     for (int i = 0; i < n; i++) free(p[i].ids);
     free(p);
 }
