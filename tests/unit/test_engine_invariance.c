@@ -315,7 +315,6 @@ static void test_negative_control_f16_rounding_by_batch(void **state) {
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
-    if (!g_model) return -1;
     g_n_expert = g_model->m->cfg.n_expert;
     g_seen_alone = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));
     g_seen_batched = calloc((size_t)g_n_expert + 1, sizeof(uint64_t));

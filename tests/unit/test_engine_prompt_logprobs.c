@@ -54,7 +54,6 @@ static int rnd(int n) {
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
-    if (!g_model) return -1;
     g_short = fixture_prompts(g_model, N_SHORT);
     char text[8192];
     int len = 0;

@@ -52,7 +52,6 @@ static const int32_t *slice(int64_t offset, int64_t len) {
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
-    if (!g_model) return -1;
     g_vocab = invar_model_n_vocab(g_model);
     const char *text =
         "The lighthouse keeper climbed the spiral stairs every evening, counting the steps out of habit. "

@@ -343,7 +343,6 @@ static void test_draft_mode_needs_a_draft_model(void **state) {
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
-    if (!g_model) return -1;
     char text[1024];
     for (int i = 0; i < N_PROMPTS; i++) {
         snprintf(text, sizeof text, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", prompt_text[i]);

@@ -19,7 +19,6 @@ static int32_t g_eog = -1;
 static int setup(void **state) {
     (void)state;
     g_model = fixture_model();
-    if (!g_model) return -1;
     for (int b = 0; b < 256; b++) g_byte_tok[b] = -1;
     for (int32_t id = 0; id < invar_model_n_vocab(g_model); id++) {
         char buf[8];
