@@ -2,7 +2,8 @@
  * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). The
  * default (wgmma) kernel with the plan's KV split and with the other one, and the previous
  * mma.sync kernel (plan's split) in the same run; for decode also the wgmma kernel split in
- * runs of 1 (the v3 work list), 2, 4 and 8 splits per CTA and with the 6-stage ring; for prefill the TMA kernel
+ * runs of 1 (the v3 work list), 2, 4 and 8 splits per CTA, with the 6-stage ring and split with
+ * the merge in the kernel against the merge kernel after it; for prefill the TMA kernel
  * with consumer turns, the cp.async kernel and the persistent grid. */
 #include <math.h>
 #include "bench_cuda.h"
@@ -97,17 +98,32 @@ void bench_attention(FILE *js)
         int rw = invar_cuda_testing_attn_decode_ring(ctx, 6);
         double ms_r6 = one(dec[i][0], dec[i][1], 1, -1, 0, &s6);
         invar_cuda_testing_attn_decode_ring(ctx, rw);
+        /* Split forced, merged in the kernel's last CTA of each tile and by the merge kernel
+         * after it, alternating twice: the better of each. */
+        double ms_in = 1e30, ms_mk = 1e30;
+        int mk = invar_cuda_testing_attn_merge_kernel(ctx, -1);
+        for (int r = 0; r < 2; r++) {
+            invar_cuda_testing_attn_merge_kernel(ctx, 0);
+            double t = one(dec[i][0], dec[i][1], 1, 1, 0, &s1);
+            ms_in = t < ms_in ? t : ms_in;
+            invar_cuda_testing_attn_merge_kernel(ctx, 1);
+            t = one(dec[i][0], dec[i][1], 1, 1, 0, &s1);
+            ms_mk = t < ms_mk ? t : ms_mk;
+        }
+        invar_cuda_testing_attn_merge_kernel(ctx, mk);
         double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
         printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us; mma.sync kernel %.1f us, "
-               "%.2fx; split in runs of 1/2/4/8: %.1f / %.1f / %.1f / %.1f us; 6-stage ring %.1f us, %.2f TB/s)\n",
+               "%.2fx; split in runs of 1/2/4/8: %.1f / %.1f / %.1f / %.1f us; 6-stage ring %.1f us, %.2f TB/s; split, "
+               "in-kernel merge %.1f us, merge kernel %.1f us)\n",
                dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_mma * 1e3,
                ms_mma / ms, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3,
-               bytes / (ms_r6 * 1e-3) / 1e12);
+               bytes / (ms_r6 * 1e-3) / 1e12, ms_in * 1e3, ms_mk * 1e3);
         fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d, "
                 "\"us_other_split\": %.2f, \"us_mma\": %.2f, \"us_runs1\": %.2f, \"us_runs2\": %.2f, \"us_runs4\": %.2f, "
-                "\"us_runs8\": %.2f, \"us_ring6\": %.2f}",
+                "\"us_runs8\": %.2f, \"us_ring6\": %.2f, \"us_split_merge_in_kernel\": %.2f, \"us_split_merge_kernel\": %.2f}",
                 first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3,
-                ms_mma * 1e3, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3);
+                ms_mma * 1e3, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3, ms_in * 1e3,
+                ms_mk * 1e3);
         first = 0;
         fflush(stdout);
     }

@@ -347,6 +347,21 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         }
         run_steps(one, 1, 1, got);
         compare(got, "decode, reversed, forced split");
+        /* The same launches with the other merge: the merge kernel after the attention, or
+         * each tile's last CTA folding the tile's partials in the kernel. */
+        int mk = invar_cuda_testing_attn_merge_kernel(ctx, -1);
+        invar_cuda_testing_attn_merge_kernel(ctx, !mk);
+        run_steps(one, 1, 1, got);
+        compare(got, mk ? "the same, merged in the kernel's last CTA" : "the same, merge kernel after the attention");
+        invar_cuda_testing_attn_merge_kernel(ctx, 0);
+        if (!race_mode) {
+            /* The in-kernel merge made to follow the batch (odd token counts: most steps). */
+            invar_cuda_testing_merge_by_batch(ctx, 1);
+            run_steps(one, 0, 1, got);
+            compare_want(got, "decode, forced split [control: in-kernel merge follows batch]", short_mode ? -1 : 0);
+            invar_cuda_testing_merge_by_batch(ctx, 0);
+        }
+        invar_cuda_testing_attn_merge_kernel(ctx, mk);
         if (!race_mode) {
             run_steps(one, 0, 0, got);
             compare(got, "decode, forced no split");

@@ -10,8 +10,9 @@
  * the token's or the cache end get weight exactly 0), giving (m_c = max score in log2 units,
  * l_c = sum 2^(s - m_c), o_c = sum 2^(s - m_c) v). Splits are then folded in order c = 0, 1, ...
  * by fold_scales/fold_val, either inside the CTA (one CTA walks all splits of its tokens) or by
- * attn_merge_kernel over partials that separate CTAs wrote: the same functions on the same fp32
- * values, so the bits do not depend on which path ran, on how many tokens a CTA holds, on
+ * merge_row over partials that separate CTAs wrote (in the wgmma kernel's last CTA of a tile,
+ * or in attn_merge_kernel after the launch): the same functions on the same fp32 values, so
+ * the bits do not depend on which path ran, on how many tokens a CTA holds, on
  * where in an MMA tile a row sits, nor on what else is in the batch. Decode runs the same
  * kernel as prefill: its few rows (the query heads of a KV head) padded into a 64-row tile. */
 #include <cuda.h>
@@ -175,18 +176,18 @@ template <int N> static __device__ __forceinline__ void fence_regs_u(uint32_t *r
 }
 #define HD 128
 #define AT(name) name##_hd128
+#include "kernels/cuda/attention_merge_body.cuh"
 #include "kernels/cuda/attention_mma_body.cuh"
 #include "kernels/cuda/attention_wgmma_body.cuh"
 #include "kernels/cuda/attention_ws_body.cuh"
-#include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
 #define HD 64
 #define AT(name) name##_hd64
+#include "kernels/cuda/attention_merge_body.cuh"
 #include "kernels/cuda/attention_mma_body.cuh"
 #include "kernels/cuda/attention_wgmma_body.cuh"
 #include "kernels/cuda/attention_ws_body.cuh"
-#include "kernels/cuda/attention_merge_body.cuh"
 #undef HD
 #undef AT
 
@@ -361,8 +362,13 @@ typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, c
                                const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
                                int, float, const int32_t *);
 typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
+/* The wgmma kernel's: attn_kernel_fn's arguments, then the merge's tile counters (NULL: the
+ * merge kernel runs after it) and the merge control's flag. */
+typedef void (*wg_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
+                             const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int, int,
+                             float, const int32_t *, int32_t *, int);
 
-template <int NWG, int ST, bool RUN> static attn_kernel_fn wg_pick(int hd, bool pv128)
+template <int NWG, int ST, bool RUN> static wg_kernel_fn wg_pick(int hd, bool pv128)
 {
     return hd == 128 ? (pv128 ? wg_attn_kernel_hd128<NWG, ST, RUN, true> : wg_attn_kernel_hd128<NWG, ST, RUN, false>)
                      : wg_attn_kernel_hd64<NWG, ST, RUN, false>;
@@ -431,13 +437,32 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
     return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
 }
 
+/* The merge control (testing only): the fold runs last split first in launches of an odd
+ * number of tokens, so a row's bits follow the batch. */
+static int merge_reverse(const invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a)
+{
+    return ctx->testing_merge_by_batch && (a->n_tokens & 1);
+}
+
 static int launch_merge(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, uint16_t *out)
 {
     attn_merge_fn merge = a->head_dim == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
     size_t warps = (size_t)a->n_tokens * a->n_heads;
-    merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(
-        a->ws, a->tok_pos, a->tok_pbase, out, a->n_tokens, a->n_heads, ctx->testing_merge_by_batch && (a->n_tokens & 1));
+    merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
+                                                                         a->n_tokens, a->n_heads, merge_reverse(ctx, a));
     return invar_cuda_check(ctx, cudaGetLastError(), "attention merge launch");
+}
+
+/* The tile counters of the in-kernel merge for a split launch of the wgmma kernel's
+ * split-only variants (items of up to 64 rows), or NULL where the merge kernel runs instead
+ * (wider items, counters too few for the launch's tiles, INVAR_CUDA_ATTN_MERGE=kernel). A
+ * tile's counter is indexed by its first token, so n_tokens x n_kv_heads slots cover every tile. */
+static int32_t *merge_counters(const invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a)
+{
+    if (!a->split || a->rows_max > WG_ROWS || ctx->attn_merge_kernel || !ctx->attn_done ||
+        (size_t)a->n_tokens * (size_t)a->n_kv_heads > (size_t)INVAR_CUDA_ATTN_DONE_SLOTS)
+        return NULL;
+    return ctx->attn_done;
 }
 
 extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a,
@@ -453,7 +478,8 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
         if (rc || !a->split || a->n_tokens == 0 || a->grid == 0) return rc;
         return launch_merge(ctx, a, out);
     }
-    attn_kernel_fn kern;
+    attn_kernel_fn kern = NULL;
+    wg_kernel_fn wkern = NULL;
     size_t smem;
     unsigned threads;
     if (ctx->attn_mma) {
@@ -471,20 +497,20 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
          * warpgroups sharing each K/V tile. Same bits. */
         const bool pv = hd == 128 && ctx->attn_pv128;
         if (a->rows_max > WG_ROWS) {
-            kern = wg_pick<2, 3, true>(hd, pv);
+            wkern = wg_pick<2, 3, true>(hd, pv);
             smem = WG_SMEM(2, 3, 1, hd);
             threads = 256;
         } else if (a->split && ctx->attn_decode_ring == WG_DEEP_STAGES) {
             /* One CTA per SM with a deep ring: five blocks in flight per SM, not four. */
-            kern = wg_pick<1, WG_DEEP_STAGES, false>(hd, pv);
+            wkern = wg_pick<1, WG_DEEP_STAGES, false>(hd, pv);
             smem = WG_SMEM(1, WG_DEEP_STAGES, 0, hd);
             threads = 128;
         } else if (a->split) {
-            kern = wg_pick<1, 3, false>(hd, pv);
+            wkern = wg_pick<1, 3, false>(hd, pv);
             smem = WG_SMEM(1, 3, 0, hd);
             threads = 128;
         } else {
-            kern = wg_pick<1, 2, true>(hd, pv);
+            wkern = wg_pick<1, 2, true>(hd, pv);
             smem = WG_SMEM(1, 2, 1, hd);
             threads = 128;
         }
@@ -492,18 +518,28 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
                                smem, ctx->smem_optin);
-    if (invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+    const void *fn = kern ? (const void *)kern : (const void *)wkern;
+    if (invar_cuda_check(ctx, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                          "attn smem attribute") ||
-        invar_cuda_check(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+        invar_cuda_check(ctx, cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
                          "attn carveout attribute")) /* two 114 KB one-warpgroup CTAs per SM */
         return INVAR_CUDA_ECUDA;
     if (a->n_tokens == 0 || a->grid == 0) return 0;
     dim3 grid(a->grid, a->n_kv_heads);
-    kern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
-                                              a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
-                                              a->n_kv_heads, a->max_pages, scale, a->counts);
+    int32_t *done = NULL;
+    if (kern) {
+        kern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                                  a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                                  a->n_kv_heads, a->max_pages, scale, a->counts);
+    } else {
+        done = merge_counters(ctx, a);
+        wkern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                                   a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                                   a->n_kv_heads, a->max_pages, scale, a->counts, done,
+                                                   merge_reverse(ctx, a));
+    }
     if (invar_cuda_check(ctx, cudaGetLastError(), "attention launch")) return INVAR_CUDA_ECUDA;
-    return a->split ? launch_merge(ctx, a, out) : 0;
+    return a->split && !done ? launch_merge(ctx, a, out) : 0;
 }
 
 /* ---- plans: the work lists in device memory of their own (kernel tests, benchmarks) ---- */

@@ -393,6 +393,38 @@ static __device__ __forceinline__ void AT(wg_write_out)(const invar_cuda_attn_it
     }
 }
 
+/* Split items with done != NULL: the merge in the kernel (no merge launch). Each CTA adds
+ * its item's split count to the tile's counter (done[tok0 n_kv + kh], zero between launches)
+ * once its partials are out; the CTA that completes the count folds the tile's rows with the
+ * merge kernel's merge_row, in split order from split 0, and puts the counter back to 0.
+ * Which CTA merges, and when, changes no bit: the fold reads the same partials in the same
+ * order with the same operations as attn_merge_kernel. The shared memory at smem holds the
+ * vote (the Q tile: no longer read once every warpgroup is past its last block). */
+template <int NT>
+static __device__ __forceinline__ void AT(wg_merge_if_last)(const invar_cuda_attn_item &it, int32_t *done,
+                                                            const float *ws, const int32_t *tok_pbase,
+                                                            uint16_t *out, int n_heads, int n_kv, int kh, int G,
+                                                            int reverse, volatile int *vote)
+{
+    __threadfence(); /* this thread's partials, device-wide, before the count says they are out */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int nsplit = (it.pos0 + it.ntok - 1) / SPLIT + 1, slot = it.tok0 * n_kv + kh;
+        const int last = atomicAdd(done + slot, it.nchunk) + it.nchunk == nsplit;
+        if (last) atomicExch(done + slot, 0); /* every split of the tile is counted */
+        *vote = last;
+    }
+    __syncthreads();
+    if (!*vote) return;
+    __threadfence(); /* the other CTAs' partials, counted before this CTA's add, are seen */
+    const int R = it.ntok * G, lane = threadIdx.x & 31;
+    for (int r = threadIdx.x >> 5; r < R; r += NT / 32) {
+        const int tok = it.tok0 + r / G, head = kh * G + r % G;
+        AT(merge_row)(ws + ((size_t)tok_pbase[tok] * n_heads + head) * (HD + 4), (size_t)n_heads * (HD + 4),
+                      (it.pos0 + r / G) / SPLIT + 1, reverse, lane, out + ((size_t)tok * n_heads + head) * HD);
+    }
+}
+
 /* ---- the cp.async kernel: every thread copies, one __syncthreads per block ---- */
 
 template <int NWG, int ST, bool RUN, bool PV128>
@@ -400,7 +432,8 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
-            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale)
+            float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale, int32_t *done,
+            int reverse)
 {
     constexpr int NT = 128 * NWG, MR = 64 * NWG;
     static_assert(ST >= 2, "a copy stage in flight while one is read");
@@ -476,6 +509,11 @@ static __device__ __forceinline__ void AT(wg_item_run)(const invar_cuda_attn_ite
     if constexpr (RUN) {
         if (it.chunk < 0) AT(wg_write_out)<NT>(it, st, rw, orun, out, n_heads, kh, G, tig);
     }
+    if constexpr (!RUN) { /* the split-only variants (decode); the others spill with it */
+        if (done && it.chunk >= 0)
+            AT(wg_merge_if_last)<NT>(it, done, ws, tok_pbase, out, n_heads, n_kv, kh, G, reverse,
+                                     (volatile int *)(smem_raw + (q_s - raw)));
+    }
 }
 
 /* counts == NULL: CTA x runs item grid-1-x (the items of a sequence come in position order,
@@ -490,16 +528,16 @@ AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale,
-            const int32_t *__restrict__ counts)
+            const int32_t *__restrict__ counts, int32_t *done, int reverse)
 {
     if (!counts) {
         AT(wg_item_run)<NWG, ST, RUN, PV128>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
-                             ws, n_heads, n_kv, max_pages, scale);
+                             ws, n_heads, n_kv, max_pages, scale, done, reverse);
         return;
     }
     for (int i = blockIdx.x; i < __ldg(counts); i += gridDim.x) {
         AT(wg_item_run)<NWG, ST, RUN, PV128>(items[i], q, kc, vc, block_table, ctx_len, tok_pbase, out, ws, n_heads, n_kv,
-                             __ldg(counts + 1), scale);
+                             __ldg(counts + 1), scale, done, reverse);
         __syncthreads(); /* the next item reuses the shared memory */
     }
 }

@@ -67,6 +67,10 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
      * kernel) or 3 (persistent grid) for prefill tiles. */
     const char *pre = getenv("INVAR_CUDA_ATTN_PREFILL");
     ctx->attn_prefill = pre && pre[0] >= '0' && pre[0] <= '3' && !pre[1] ? pre[0] - '0' : 0;
+    /* Speed only (same bits): split decode launches merge in each tile's last CTA
+     * (INVAR_CUDA_ATTN_MERGE=cta) or in the merge kernel after the attention (=kernel). */
+    const char *mg = getenv("INVAR_CUDA_ATTN_MERGE");
+    ctx->attn_merge_kernel = mg ? strcmp(mg, "cta") != 0 : INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT;
     /* INVAR_CUDA_ATTN_PV=64: P V of head_dim 128 as two m64n64k16 per k16 step (other bits). */
     const char *pv = getenv("INVAR_CUDA_ATTN_PV");
     ctx->attn_pv128 = !(pv && strcmp(pv, "64") == 0);
@@ -86,6 +90,13 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     const char *nar = getenv("INVAR_CUDA_GEMM_NARROW");
     ctx->gemm_narrow = !(nar && !strcmp(nar, "0"));
     ctx->gemm_narrow_pack_a = 1;
+    /* Without the counters every split launch runs the merge kernel (the same bits). */
+    if (cudaMalloc((void **)&ctx->attn_done, sizeof(int32_t) * INVAR_CUDA_ATTN_DONE_SLOTS) != cudaSuccess ||
+        cudaMemset(ctx->attn_done, 0, sizeof(int32_t) * INVAR_CUDA_ATTN_DONE_SLOTS) != cudaSuccess) {
+        cudaFree(ctx->attn_done);
+        ctx->attn_done = NULL;
+        (void)cudaGetLastError();
+    }
     *out = ctx;
     return 0;
 }
@@ -99,6 +110,7 @@ extern "C" void invar_cuda_free(invar_cuda_ctx *ctx)
     invar_cuda_cublas_destroy(ctx);
     cudaFree(ctx->gemm_ws);
     cudaFree(ctx->attn_ws);
+    cudaFree(ctx->attn_done);
     free(ctx);
 }
 

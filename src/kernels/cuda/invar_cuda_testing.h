@@ -76,6 +76,10 @@ int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages);
  * split's partial); 0: chosen from the batch (the default), -1 only asks. Process-wide (the
  * work lists are built without a context). Returns the previous setting. Same bits. */
 int invar_cuda_testing_attn_split_group(int group);
+/* 1: split launches of the wgmma kernel merge their partials in the merge kernel after it;
+ * 0: in the kernel's last CTA of each tile; -1 only asks. Returns the previous setting. Same
+ * bits either way (the same fold of the same partials). */
+int invar_cuda_testing_attn_merge_kernel(invar_cuda_ctx *ctx, int on);
 
 /* ---- helpers for tests and benchmarks ------------------------------------------------ */
 /* Fills n values with uniform random numbers in [-scale, scale) from (seed, index). */

@@ -97,6 +97,12 @@ extern "C" int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode)
     return was;
 }
 extern "C" void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on) { ctx->testing_fold_by_rows = on; }
+extern "C" int invar_cuda_testing_attn_merge_kernel(invar_cuda_ctx *ctx, int on)
+{
+    int was = ctx->attn_merge_kernel;
+    if (on >= 0) ctx->attn_merge_kernel = on != 0;
+    return was;
+}
 extern "C" int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages)
 {
     int was = ctx->attn_decode_ring ? ctx->attn_decode_ring : 3;
