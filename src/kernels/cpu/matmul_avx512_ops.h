@@ -1,5 +1,5 @@
 /* Small AVX-512 helpers shared by the matmul kernel files of that ISA (matmul_avx512.c,
- * matmul_kq_avx512.c). Include only from files built with the AVX-512 flags. */
+ * matmul_kq_avx512.c, matmul_dec_avx512.c). Include only from files built with the AVX-512 flags. */
 #ifndef INVAR_MATMUL_AVX512_OPS_H
 #define INVAR_MATMUL_AVX512_OPS_H
 #include <immintrin.h>
@@ -31,6 +31,22 @@ AI __m512i bcasti(const uint8_t *p) {
 AI __m512i dpm(__m512i acc, __m512i w, const uint8_t *x) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
     return acc;
+}
+
+/* The two 16-element halves' dot chains of rows [r0, r1) of an R-row activation panel
+ * block xb (MM_PANEL_HALVES: row r's chains start at its aux and aux2, at xb + 36R + 4r and
+ * xb + 40R + 4r) against a 32-block's unpacked weight vectors Q[0..3] (low half) and Q[4..7]
+ * (high half). Step-major: the rows' chains side by side. PL, PH: at least r1 entries. */
+AI void panel_half_chains(const __m512i *Q, const uint8_t *xb, const int R, const int r0, const int r1,
+                          __m512i *PL, __m512i *PH) {
+    UNROLL for (int r = r0; r < r1; r++) {
+        PL[r] = bcasti(xb + 36 * R + 4 * r);
+        PH[r] = bcasti(xb + 40 * R + 4 * r);
+    }
+    UNROLL for (int t = 0; t < 4; t++) UNROLL for (int r = r0; r < r1; r++) {
+        PL[r] = dpm(PL[r], Q[t], xb + 32 * r + 4 * t);
+        PH[r] = dpm(PH[r], Q[4 + t], xb + 32 * r + 16 + 4 * t);
+    }
 }
 
 /* Software prefetch of the weight stream, this far ahead: one core's hardware

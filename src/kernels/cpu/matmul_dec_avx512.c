@@ -93,14 +93,7 @@ AI void dec_rows(const uint8_t *u, const __m512i *Q, const uint8_t *xb, const in
     const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(MM_PANEL_MAGIC));
     const __m512 s0 = ldf(u + DU_S0), ns0m = _mm512_mul_ps(s0, _mm512_set1_ps(-12582912.0f)); /* -s0 * M, exact */
     __m512i PL[MM_PR], PH[MM_PR];
-    UNROLL for (int r = r0; r < r1; r++) {
-        PL[r] = bcasti(xb + 36 * R + 4 * r);
-        PH[r] = bcasti(xb + 40 * R + 4 * r);
-    }
-    UNROLL for (int t = 0; t < 4; t++) UNROLL for (int r = r0; r < r1; r++) {
-        PL[r] = dpm(PL[r], Q[t], xb + 32 * r + 4 * t);
-        PH[r] = dpm(PH[r], Q[4 + t], xb + 32 * r + 16 + 4 * t);
-    }
+    panel_half_chains(Q, xb, R, r0, r1, PL, PH);
     UNROLL for (int r = r0; r < r1; r++) {
         const __m512 X = _mm512_castsi512_ps(PL[r]), hi = _mm512_sub_ps(_mm512_castsi512_ps(PH[r]), magic);
         const __m512 isum = ONE ? _mm512_fmadd_ps(s0, _mm512_add_ps(X, hi), ns0m)

@@ -132,14 +132,7 @@ AI void q6_rows(const __m512i *Q, __m512 sl, __m512 nslm, __m512 sh, __m512 d, c
                 const int r0, const int r1, __m512 *acc) {
     const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(MM_PANEL_MAGIC));
     __m512i PL[MM_PR], PH[MM_PR];
-    UNROLL for (int r = r0; r < r1; r++) {
-        PL[r] = bcasti(xb + 36 * R + 4 * r);
-        PH[r] = bcasti(xb + 40 * R + 4 * r);
-    }
-    UNROLL for (int t = 0; t < 4; t++) UNROLL for (int r = r0; r < r1; r++) {
-        PL[r] = dpm(PL[r], Q[t], xb + 32 * r + 4 * t);
-        PH[r] = dpm(PH[r], Q[4 + t], xb + 32 * r + 16 + 4 * t);
-    }
+    panel_half_chains(Q, xb, R, r0, r1, PL, PH);
     UNROLL for (int r = r0; r < r1; r++) {
         const __m512 slpl = _mm512_fmadd_ps(sl, _mm512_castsi512_ps(PL[r]), nslm);
         const __m512 isum = _mm512_fmadd_ps(sh, _mm512_sub_ps(_mm512_castsi512_ps(PH[r]), magic), slpl);
