@@ -6,6 +6,7 @@
  * the merge in the kernel against the merge kernel after it; for prefill the TMA kernel
  * with consumer turns, the cp.async kernel and the persistent grid. */
 #include <math.h>
+#include <string.h>
 #include "bench_cuda.h"
 
 #define HQ 32
@@ -70,6 +71,19 @@ static double one(int B, int ctx_len, int q_len, int force, int mma, int *split)
     return ms;
 }
 
+/* BENCH_ATTN_DECODE="16x4096,1x32768" / BENCH_ATTN_PREFILL="8192" run only the cases listed
+ * (an empty list none), for a profiler run on one case; unset: every case. */
+static int wanted(const char *env, int a, int b)
+{
+    const char *s = getenv(env);
+    if (!s) return 1;
+    char want[32];
+    int n = b ? snprintf(want, sizeof want, "%dx%d", a, b) : snprintf(want, sizeof want, "%d", a);
+    for (const char *p = s; (p = strstr(p, want)) != NULL; p += n)
+        if ((p == s || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
 void bench_attention(FILE *js)
 {
     static const int dec[][2] = {{1, 1024}, {1, 8192}, {1, 32768}, {16, 4096}, {16, 32768},
@@ -80,6 +94,7 @@ void bench_attention(FILE *js)
     int first = 1;
     invar_cuda_ctx *ctx = bench_ctx();
     for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) {
+        if (!wanted("BENCH_ATTN_DECODE", dec[i][0], dec[i][1])) continue;
         int split, other, s_mma, s1, s6;
         one(dec[i][0], dec[i][1], 1, -1, 0, &split); /* the first run of a case was up to 10% slow */
         double ms = one(dec[i][0], dec[i][1], 1, -1, 0, &split);
@@ -129,6 +144,7 @@ void bench_attention(FILE *js)
     }
     printf("== attention prefill (one sequence, causal) ==\n");
     for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
+        if (!wanted("BENCH_ATTN_PREFILL", pre[i], 0)) continue;
         int split, other, s_mma, sv[4];
         double ms = one(1, pre[i], pre[i], -1, 0, &split);
         double ms_other = one(1, pre[i], pre[i], !split, 0, &other);
@@ -146,11 +162,12 @@ void bench_attention(FILE *js)
                "%.1f us, %.1f; TMA turns %.1f us, %.1f; cp.async kernel %.1f us, %.1f; persistent %.1f us, %.1f)\n",
                pre[i], ms * 1e3, TF(ms), split, other, ms_other * 1e3, ms_mma * 1e3, TF(ms_mma), ms_v[1] * 1e3,
                TF(ms_v[1]), ms_v[2] * 1e3, TF(ms_v[2]), ms_v[3] * 1e3, TF(ms_v[3]));
-        fprintf(js, ",\n  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d, "
+        fprintf(js, "%s  {\"kind\": \"prefill\", \"L\": %d, \"us\": %.2f, \"TFLOPs\": %.2f, \"split\": %d, "
                 "\"us_other_split\": %.2f, \"us_mma\": %.2f, \"us_tma_turns\": %.2f, \"us_cp_async\": %.2f, "
                 "\"us_persistent\": %.2f}",
-                pre[i], ms * 1e3, TF(ms), split, ms_other * 1e3, ms_mma * 1e3, ms_v[1] * 1e3, ms_v[2] * 1e3,
-                ms_v[3] * 1e3);
+                first ? "" : ",\n", pre[i], ms * 1e3, TF(ms), split, ms_other * 1e3, ms_mma * 1e3, ms_v[1] * 1e3,
+                ms_v[2] * 1e3, ms_v[3] * 1e3);
+        first = 0;
 #undef TF
         fflush(stdout);
     }

@@ -349,10 +349,10 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         compare(got, "decode, reversed, forced split");
         /* The same launches with the other merge: the merge kernel after the attention, or
          * each tile's last CTA folding the tile's partials in the kernel. */
-        int mk = invar_cuda_testing_attn_merge_kernel(ctx, -1);
-        invar_cuda_testing_attn_merge_kernel(ctx, !mk);
+        int mk = invar_cuda_testing_attn_merge_kernel(ctx, -1), other = mk == 1 ? 0 : 1;
+        invar_cuda_testing_attn_merge_kernel(ctx, other); /* the default (2) merges these in the CTA */
         run_steps(one, 1, 1, got);
-        compare(got, mk ? "the same, merged in the kernel's last CTA" : "the same, merge kernel after the attention");
+        compare(got, other ? "the same, merge kernel after the attention" : "the same, merged in the kernel's last CTA");
         invar_cuda_testing_attn_merge_kernel(ctx, 0);
         if (!race_mode) {
             /* The in-kernel merge made to follow the batch (odd token counts: most steps). */

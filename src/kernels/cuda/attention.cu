@@ -455,11 +455,13 @@ static int launch_merge(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, ui
 
 /* The tile counters of the in-kernel merge for a split launch of the wgmma kernel's
  * split-only variants (items of up to 64 rows), or NULL where the merge kernel runs instead
- * (wider items, counters too few for the launch's tiles, INVAR_CUDA_ATTN_MERGE=kernel). A
+ * (wider items, counters too few for the launch's tiles, INVAR_CUDA_ATTN_MERGE=kernel, by default
+ * block tables past INVAR_CUDA_ATTN_MERGE_CTA_MAX_CTX positions). A
  * tile's counter is indexed by its first token, so n_tokens x n_kv_heads slots cover every tile. */
 static int32_t *merge_counters(const invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a)
 {
-    if (!a->split || a->rows_max > WG_ROWS || ctx->attn_merge_kernel || !ctx->attn_done ||
+    if (!a->split || a->rows_max > WG_ROWS || ctx->attn_merge_kernel == 1 || !ctx->attn_done ||
+        (ctx->attn_merge_kernel == 2 && (int64_t)a->max_pages * PAGE > INVAR_CUDA_ATTN_MERGE_CTA_MAX_CTX) ||
         (size_t)a->n_tokens * (size_t)a->n_kv_heads > (size_t)INVAR_CUDA_ATTN_DONE_SLOTS)
         return NULL;
     return ctx->attn_done;

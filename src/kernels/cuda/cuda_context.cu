@@ -70,7 +70,10 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     /* Speed only (same bits): split decode launches merge in each tile's last CTA
      * (INVAR_CUDA_ATTN_MERGE=cta) or in the merge kernel after the attention (=kernel). */
     const char *mg = getenv("INVAR_CUDA_ATTN_MERGE");
-    ctx->attn_merge_kernel = mg ? strcmp(mg, "cta") != 0 : INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT;
+    ctx->attn_merge_kernel = !mg                    ? INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT
+                             : !strcmp(mg, "cta")   ? 0
+                             : !strcmp(mg, "kernel") ? 1
+                                                    : INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT;
     /* INVAR_CUDA_ATTN_PV=64: P V of head_dim 128 as two m64n64k16 per k16 step (other bits). */
     const char *pv = getenv("INVAR_CUDA_ATTN_PV");
     ctx->attn_pv128 = !(pv && strcmp(pv, "64") == 0);

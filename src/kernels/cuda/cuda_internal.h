@@ -33,7 +33,7 @@ struct invar_cuda_ctx {
     int attn_pv128;             /* head_dim 128: P V as one m64n128k16 per k16 step (else two m64n64k16) */
     int testing_fold_by_rows;   /* negative control: the TMA kernel's in-CTA fold follows the tile */
     int attn_decode_ring;       /* 0: the default split decode ring (3 stages, 2 CTAs/SM); 6: 6 stages, 1 CTA/SM */
-    int attn_merge_kernel;      /* 1: split launches of the wgmma kernel merge in the merge kernel */
+    int attn_merge_kernel;      /* split launches' merge: 0 last CTA, 1 merge kernel, 2 by context */
     int32_t *attn_done;         /* the in-kernel merge's tile counters, zero between launches */
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
@@ -43,9 +43,14 @@ struct invar_cuda_ctx {
 /* Tile counters of the in-kernel attention merge (one per first token and KV head of a
  * launch; larger launches use the merge kernel): 512 KB. */
 #define INVAR_CUDA_ATTN_DONE_SLOTS (1 << 17)
-/* 1: split decode launches merge in the merge kernel unless INVAR_CUDA_ATTN_MERGE=cta (the
- * in-kernel merge stays opt-in until a device run has tested and timed it). */
-#define INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT 1
+/* attn_merge_kernel: 0 split decode launches merge in each tile's last CTA (INVAR_CUDA_ATTN_MERGE
+ * =cta), 1 in the merge kernel (=kernel), 2 (default) in the last CTA while the launch's block
+ * table holds at most INVAR_CUDA_ATTN_MERGE_CTA_MAX_CTX positions a sequence. Measured on an
+ * H100 (bench/results/cuda_attention_merge_cta_*): the last CTA saves the merge launch (1 x 1k
+ * -14%, 1 x 8k -5%, 16 x 4k -2%, 256 x 1k -1%), at 32k contexts its tail walk of 64 splits was
+ * +2% (1 x 32k, 16 x 32k). Speed only: same bits either way. */
+#define INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT 2
+#define INVAR_CUDA_ATTN_MERGE_CTA_MAX_CTX 16384
 
 /* Records a message and returns code. */
 int invar_cuda_fail(invar_cuda_ctx *ctx, int code, const char *fmt, ...);

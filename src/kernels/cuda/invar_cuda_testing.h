@@ -77,8 +77,9 @@ int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages);
  * work lists are built without a context). Returns the previous setting. Same bits. */
 int invar_cuda_testing_attn_split_group(int group);
 /* 1: split launches of the wgmma kernel merge their partials in the merge kernel after it;
- * 0: in the kernel's last CTA of each tile; -1 only asks. Returns the previous setting. Same
- * bits either way (the same fold of the same partials). */
+ * 0: in the kernel's last CTA of each tile; 2: by context (the default, cuda_internal.h); -1
+ * only asks. Returns the previous setting. Same bits either way (the same fold of the same
+ * partials). */
 int invar_cuda_testing_attn_merge_kernel(invar_cuda_ctx *ctx, int on);
 
 /* ---- helpers for tests and benchmarks ------------------------------------------------ */

@@ -100,7 +100,7 @@ extern "C" void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on
 extern "C" int invar_cuda_testing_attn_merge_kernel(invar_cuda_ctx *ctx, int on)
 {
     int was = ctx->attn_merge_kernel;
-    if (on >= 0) ctx->attn_merge_kernel = on != 0;
+    if (on >= 0 && on <= 2) ctx->attn_merge_kernel = on;
     return was;
 }
 extern "C" int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages)
