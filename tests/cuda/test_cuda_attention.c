@@ -386,6 +386,29 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         invar_cuda_testing_merge_by_batch(ctx, 0);
         invar_cuda_testing_attn_decode_ring(ctx, rw);
         invar_cuda_testing_attn_split_group(gw);
+        /* The same steps with every decode launch on the TMA producer kernel (a persistent
+         * grid, its second warpgroup idle), split and not; then its in-CTA fold control
+         * (items of an odd number of tokens fold with a fused multiply-add). */
+        rw = invar_cuda_testing_attn_decode_ring(ctx, 4);
+        run_steps(small_steps, 0, 1, got);
+        compare(got, "steps of <= 8 tokens, split, TMA kernel");
+        run_steps(small_steps, 1, 0, got);
+        compare(got, "steps of <= 8 tokens, reversed, no split, TMA kernel");
+        invar_cuda_testing_attn_fold_by_rows(ctx, 1);
+        run_steps(small_steps, 0, 0, got);
+        compare_want(got, "the same, not reversed [control: in-CTA fold follows the tile]", short_mode ? -1 : 0);
+        invar_cuda_testing_attn_fold_by_rows(ctx, 0);
+        /* Its one-consumer variant (5 stages), and the merge control on it. */
+        invar_cuda_testing_attn_decode_ring(ctx, 5);
+        run_steps(small_steps, 1, 1, got);
+        compare(got, "steps of <= 8 tokens, reversed, split, one-consumer TMA kernel");
+        run_steps(small_steps, 0, 0, got);
+        compare(got, "steps of <= 8 tokens, no split, one-consumer TMA kernel");
+        invar_cuda_testing_merge_by_batch(ctx, 1);
+        run_steps(small_steps, 0, 1, got);
+        compare_want(got, "the same, split [control: merge follows batch]", short_mode ? -1 : 0);
+        invar_cuda_testing_merge_by_batch(ctx, 0);
+        invar_cuda_testing_attn_decode_ring(ctx, rw);
     }
     {
         int c100[NSEQ], c293[NSEQ];

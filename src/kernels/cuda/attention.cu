@@ -58,9 +58,16 @@ static_assert(WG_SMEM(1, WG_DEEP_STAGES, 0, 128) <= 227 * 1024, "the deep ring f
  * consumer warpgroups + a producer warpgroup, WS_STAGES-stage TMA ring, the running outputs,
  * 2 x WS_STAGES mbarriers. One CTA per SM. */
 #define WS_STAGES 4
-#define WS_SMEM(st, hd) \
-    (1024 + (size_t)(2 * WG_ROWS + 2 * (st) * KB) * (hd) * 2 + (size_t)256 * ((hd) / 2) * 4 + 16 * (size_t)(st))
-static_assert(WS_SMEM(WS_STAGES, 128) <= 227 * 1024, "the warp-specialised kernel fits one CTA per SM");
+/* attn_decode_ring's value that puts launches of up to 64 rows on this kernel (one consumer
+ * warpgroup idle: its fast path only passes the ring's stages on). */
+#define WS_DECODE 4
+#define WS_SMEM(nwg, st, hd) \
+    (1024 + (size_t)((nwg) * WG_ROWS + 2 * (st) * KB) * (hd) * 2 + (size_t)128 * (nwg) * ((hd) / 2) * 4 + 16 * (size_t)(st))
+static_assert(WS_SMEM(2, WS_STAGES, 128) <= 227 * 1024, "the warp-specialised kernel fits one CTA per SM");
+/* Its one-consumer variant (decode): the second warpgroup's Q tile and outputs hold a fifth stage. */
+#define WS1_STAGES 5
+#define WS_DECODE1 5
+static_assert(WS_SMEM(1, WS1_STAGES, 128) <= 227 * 1024, "the one-consumer variant fits one CTA per SM");
 static_assert(ATT_MAX_ROWS == 2 * WG_ROWS, "the wide wgmma variant: 2 warpgroups of 64 rows");
 static_assert(KB == 64, "a block is one m64n64 S tile: 64 keys, 4 k16 steps of P V");
 static_assert(KB % PAGE == 0 && KB % 16 == 0, "blocks are whole pages and whole MMA k-steps");
@@ -379,10 +386,10 @@ typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_c
                              const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
                              float *, int, int, int, float, const int32_t *, int);
 
-template <bool PP> static ws_kernel_fn ws_pick(int hd, bool pv128)
+template <int NWG, int ST, bool PP> static ws_kernel_fn ws_pick(int hd, bool pv128)
 {
-    return hd == 128 ? (pv128 ? ws_attn_kernel_hd128<WS_STAGES, PP, true> : ws_attn_kernel_hd128<WS_STAGES, PP, false>)
-                     : ws_attn_kernel_hd64<WS_STAGES, PP, false>;
+    return hd == 128 ? (pv128 ? ws_attn_kernel_hd128<NWG, ST, PP, true> : ws_attn_kernel_hd128<NWG, ST, PP, false>)
+                     : ws_attn_kernel_hd64<NWG, ST, PP, false>;
 }
 
 /* A 2-D view of one layer's cache for TMA: rows of head_dim bf16 ([page][kv head][16] rows),
@@ -416,8 +423,11 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
     if (cache_map(ctx, &tmk, k_cache, rows, hd) || cache_map(ctx, &tmv, v_cache, rows, hd)) return INVAR_CUDA_ECUDA;
     const int m = ctx->attn_prefill;
     const bool pv = hd == 128 && ctx->attn_pv128;
-    ws_kernel_fn kern = m == 1 ? ws_pick<true>(hd, pv) : ws_pick<false>(hd, pv);
-    const size_t smem = WS_SMEM(WS_STAGES, hd);
+    /* Items of at most 64 rows (decode) on one consumer warpgroup with a deeper ring. */
+    const bool one = a->rows_max <= WG_ROWS && ctx->attn_decode_ring == WS_DECODE1;
+    ws_kernel_fn kern = one ? ws_pick<1, WS1_STAGES, false>(hd, pv)
+                        : m == 1 ? ws_pick<2, WS_STAGES, true>(hd, pv) : ws_pick<2, WS_STAGES, false>(hd, pv);
+    const size_t smem = one ? WS_SMEM(1, WS1_STAGES, hd) : WS_SMEM(2, WS_STAGES, hd);
     if (smem > ctx->smem_optin)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: %zu bytes of shared memory exceed the device's %zu",
                                smem, ctx->smem_optin);
@@ -426,12 +436,15 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
         return INVAR_CUDA_ECUDA;
     if (a->n_tokens == 0 || a->grid == 0) return 0;
     int gx = a->grid;
-    if (!a->counts && ctx->attn_prefill == 3) {
-        const int per_head = (ctx->sm_count + a->n_kv_heads - 1) / a->n_kv_heads;
+    /* Persistent grids stride over the items: the producer's ring runs on across them. */
+    if (!a->counts && (ctx->attn_prefill == 3 || a->rows_max <= WG_ROWS)) {
+        /* One CTA per SM: rounding up left a few CTAs for a second round (the persistent
+         * prefill ran at half speed). */
+        const int per_head = ctx->sm_count / a->n_kv_heads > 0 ? ctx->sm_count / a->n_kv_heads : 1;
         gx = gx < per_head ? gx : per_head;
     }
     dim3 grid(gx, a->n_kv_heads);
-    kern<<<grid, 384, smem, ctx->stream>>>(tmk, tmv, a->items, a->grid, q, k_cache, v_cache, a->block_table,
+    kern<<<grid, one ? 256 : 384, smem, ctx->stream>>>(tmk, tmv, a->items, a->grid, q, k_cache, v_cache, a->block_table,
                                            a->ctx_len, a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
                                            a->n_kv_heads, a->max_pages, scale, a->counts, ctx->testing_fold_by_rows);
     return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
@@ -446,9 +459,13 @@ static int merge_reverse(const invar_cuda_ctx *ctx, const invar_cuda_attn_launch
 
 static int launch_merge(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, uint16_t *out)
 {
-    attn_merge_fn merge = a->head_dim == 128 ? attn_merge_kernel_hd128 : attn_merge_kernel_hd64;
-    size_t warps = (size_t)a->n_tokens * a->n_heads;
-    merge<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
+    /* Fewer rows than 8 warps an SM: a warp per 32 dims; else a warp per row. Same bits. */
+    const size_t rows = (size_t)a->n_tokens * a->n_heads;
+    const bool narrow = rows < (size_t)8 * ctx->sm_count;
+    attn_merge_fn merge = a->head_dim == 128 ? (narrow ? attn_merge_kernel_hd128<1> : attn_merge_kernel_hd128<4>)
+                                             : (narrow ? attn_merge_kernel_hd64<1> : attn_merge_kernel_hd64<2>);
+    const size_t warps = narrow ? rows * (a->head_dim / 32) : rows;
+    merge<<<(unsigned)((warps * 32 + 127) / 128), 128, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
                                                                          a->n_tokens, a->n_heads, merge_reverse(ctx, a));
     return invar_cuda_check(ctx, cudaGetLastError(), "attention merge launch");
 }
@@ -475,7 +492,10 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if ((hd != 64 && hd != 128) || a->rows_max <= 0 || a->rows_max > ATT_MAX_ROWS || a->grid < 0 ||
         (a->split && !a->ws) || a->cache_pages < 0)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "attention: bad launch description");
-    if (!ctx->attn_mma && a->rows_max > WG_ROWS && ctx->attn_prefill != 2 && a->cache_pages > 0) {
+    if (!ctx->attn_mma &&
+        (a->rows_max > WG_ROWS || ctx->attn_decode_ring == WS_DECODE || ctx->attn_decode_ring == WS_DECODE1) &&
+        ctx->attn_prefill != 2 &&
+        a->cache_pages > 0) {
         int rc = launch_ws(ctx, a, q, k_cache, v_cache, out, scale);
         if (rc || !a->split || a->n_tokens == 0 || a->grid == 0) return rc;
         return launch_merge(ctx, a, out);

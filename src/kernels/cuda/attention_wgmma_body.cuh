@@ -420,8 +420,9 @@ static __device__ __forceinline__ void AT(wg_merge_if_last)(const invar_cuda_att
     const int R = it.ntok * G, lane = threadIdx.x & 31;
     for (int r = threadIdx.x >> 5; r < R; r += NT / 32) {
         const int tok = it.tok0 + r / G, head = kh * G + r % G;
-        AT(merge_row)(ws + ((size_t)tok_pbase[tok] * n_heads + head) * (HD + 4), (size_t)n_heads * (HD + 4),
-                      (it.pos0 + r / G) / SPLIT + 1, reverse, lane, out + ((size_t)tok * n_heads + head) * HD);
+        AT(merge_row)<HD / 32>(ws + ((size_t)tok_pbase[tok] * n_heads + head) * (HD + 4), (size_t)n_heads * (HD + 4),
+                               (it.pos0 + r / G) / SPLIT + 1, reverse, lane, 0,
+                               out + ((size_t)tok * n_heads + head) * HD);
     }
 }
 

@@ -3,8 +3,10 @@
  * functions it runs: the same per-row arithmetic as wg_attn_kernel, so prefill and decode
  * stay bitwise equal).
  *
- * Roles (384 threads): warpgroups 0 and 1 consume (64 query rows each, as in wg_attn_kernel);
- * warp 0 of warpgroup 2 produces. The producer walks the same items and KV blocks and fills
+ * Roles (128 (NWG + 1) threads): warpgroups 0 .. NWG-1 consume (64 query rows each, as in
+ * wg_attn_kernel; a warpgroup without rows in an item, as warpgroup 1 in decode, only passes
+ * its stages on); warp 0 of warpgroup NWG produces. NWG = 1 (decode: items of at most 64
+ * rows) leaves room for a deeper ring. The producer walks the same items and KV blocks and fills
  * an ST-stage ring: a page of one KV head is 16 contiguous cache rows, so a block is four
  * pages, each loaded by TMA as HD/64 boxes of 16 rows x 128 bytes (128-byte swizzle: the
  * layout wsw describes) that complete on the stage's `full` mbarrier. A page that holds the
@@ -22,8 +24,8 @@
  * softmax runs while the other's products keep the tensor cores busy. Within a warpgroup, S is
  * issued before P V, and the softmax starts when S is done, under that P V; O's rescale waits
  * for it (after a split's last block, the plain order). PV128: see wg_issue_pv. */
-template <int ST, bool PP, bool PV128>
-__global__ void __launch_bounds__(384, 1)
+template <int NWG, int ST, bool PP, bool PV128>
+__global__ void __launch_bounds__(128 * (NWG + 1), 1)
 AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constant__ CUtensorMap tmv,
             const invar_cuda_attn_item *__restrict__ items, int n_items, const uint16_t *__restrict__ q,
             const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
@@ -32,8 +34,9 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale,
             const int32_t *__restrict__ counts, int fold_ctl)
 {
-    constexpr int NWG = 2, NT = 128 * NWG, MR = 64 * NWG;
+    constexpr int NT = 128 * NWG, MR = 64 * NWG;
     static_assert(ST >= 2, "one stage filled while one is read");
+    static_assert(NWG == 2 || (NWG == 1 && !PP), "turns take two consumer warpgroups");
     constexpr uint32_t KV_TILE = KB * HD * 2, PAGE_BYTES = PAGE * HD * 2;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw), q_s = (raw + 1023u) & ~1023u; /* host adds 1 KB slack */
@@ -61,7 +64,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
 
     if (wg == NWG) {
         /* ---- producer ---- */
-        SETMAXNREG_DEC(40);
+        if constexpr (NWG == 2) SETMAXNREG_DEC(40); /* one consumer warpgroup has registers to spare */
         if (tid - 128 * NWG >= 32) return; /* warps 1-3 of the warpgroup have nothing to do */
         uint32_t n = 0;
         for (int k = blockIdx.x; k < ni; k += gridDim.x) {
@@ -122,7 +125,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
     }
 
     /* ---- consumers ---- */
-    SETMAXNREG_INC(232);
+    if constexpr (NWG == 2) SETMAXNREG_INC(232);
     /* wwarp through a shuffle, as wg: warp-uniform to the compiler, so that the branches on
      * rw.wreal keep the loop's descriptors in uniform registers */
     const int wwarp = __shfl_sync(0xffffffffu, (tid >> 5) & 3, 0), tig = lane & 3, G = n_heads / n_kv;
@@ -134,6 +137,19 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
     for (int k = blockIdx.x; k < ni; k += gridDim.x) {
         const invar_cuda_attn_item it = ITEM(k);
         const int R = it.ntok * G;
+        int kb0, kb1, kend;
+        AT(wg_blocks)(it, ctx_len[it.seq], &kb0, &kb1, &kend);
+        if (!PP && 64 * wg >= R) {
+            /* A warpgroup without rows (decode: 4 of 64 rows, all in warpgroup 0) computes and
+             * writes nothing for the item, so it only passes each stage on once it is full
+             * (waiting for full keeps its releases in the stage's current phase). */
+            for (int kb = kb0; kb < kb1; kb++, n++) {
+                mbar_wait(full0 + 8 * (n % ST), (n / ST) & 1u);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(empty0 + 8 * (n % ST));
+            }
+            continue;
+        }
         /* This warpgroup's Q rows (its previous item's wgmmas have completed). */
         named_barrier(3 + wg, 128);
         AT(wload_q)<128>(q_s, it, q, 64 * wg, 64, tid & 127, R, G, kh, n_heads);
@@ -141,8 +157,6 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
         cp_async_wait0();
         fence_proxy_async();
         named_barrier(3 + wg, 128);
-        int kb0, kb1, kend;
-        AT(wg_blocks)(it, ctx_len[it.seq], &kb0, &kb1, &kend);
         const AT(wg_rows) rw = AT(wg_rows_of)(it, R, G, wg, wwarp, lane);
         AT(wg_state) st;
         AT(wg_fresh)(st);

@@ -32,7 +32,9 @@ struct invar_cuda_ctx {
     int attn_prefill;           /* items of > 64 rows: 0 TMA kernel, 1 with turns, 2 cp.async kernel, 3 persistent */
     int attn_pv128;             /* head_dim 128: P V as one m64n128k16 per k16 step (else two m64n64k16) */
     int testing_fold_by_rows;   /* negative control: the TMA kernel's in-CTA fold follows the tile */
-    int attn_decode_ring;       /* 0: the default split decode ring (3 stages, 2 CTAs/SM); 6: 6 stages, 1 CTA/SM */
+    int attn_decode_ring;       /* 0: the default decode rings (cp.async, 2 CTAs/SM); 6: split ones 6 stages,
+                                 * 1 CTA/SM; 4: every decode launch on the TMA kernel (persistent), 5: on
+                                 * its one-consumer variant (5 stages) */
     int attn_merge_kernel;      /* split launches' merge: 0 last CTA, 1 merge kernel, 2 by context */
     int32_t *attn_done;         /* the in-kernel merge's tile counters, zero between launches */
     float *attn_ws;             /* split-KV partials */

@@ -67,10 +67,12 @@ int invar_cuda_testing_attn_prefill(invar_cuda_ctx *ctx, int mode);
 /* Negative control: the TMA kernel folds a tile's KV splits with a fused multiply-add when the
  * tile holds an odd number of tokens, so a row's bits follow the tile it landed in. */
 void invar_cuda_testing_attn_fold_by_rows(invar_cuda_ctx *ctx, int on);
-/* The copy ring of the wgmma kernel's split launches of up to 64 rows (decode): 3 stages, two
- * CTAs per SM (the default), or 6 stages, one CTA per SM; other values only ask. Returns the
- * previous setting. Same bits either way (the ring changes when copies are issued, not what a
- * row computes). */
+/* The copy ring of launches of up to 64 rows (decode): 3 stages, two CTAs per SM (the
+ * default; split launches, unsplit ones 2 stages), 6 stages, one CTA per SM (split launches),
+ * 4: every such launch on the TMA producer kernel (4 stages, one CTA per SM, a persistent
+ * grid, its second consumer warpgroup idle), 5: the same on its one-consumer variant (5
+ * stages); other values only ask. Returns the previous setting. Same bits either way (the ring
+ * changes when copies are issued, not what a row computes). */
 int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages);
 /* Split items are runs of this many consecutive KV splits (one CTA walks a run, writing each
  * split's partial); 0: chosen from the batch (the default), -1 only asks. Process-wide (the

@@ -106,6 +106,6 @@ extern "C" int invar_cuda_testing_attn_merge_kernel(invar_cuda_ctx *ctx, int on)
 extern "C" int invar_cuda_testing_attn_decode_ring(invar_cuda_ctx *ctx, int stages)
 {
     int was = ctx->attn_decode_ring ? ctx->attn_decode_ring : 3;
-    if (stages == 3 || stages == 6) ctx->attn_decode_ring = stages == 3 ? 0 : stages;
+    if (stages >= 3 && stages <= 6) ctx->attn_decode_ring = stages == 3 ? 0 : stages;
     return was;
 }
