@@ -138,6 +138,28 @@ static void run_steps(const int *step, int reverse, int force, uint16_t **dst)
     }
 }
 
+/* Steps on one of the TMA decode rings: split, then reversed without a split (same bits), then
+ * a control that must differ: `ctrl` on (the in-CTA fold follows the tile, unsplit; or the
+ * merge follows the batch, split: odd token counts fold with a fused multiply-add). */
+static void tma_steps(const int *steps, int ring, const char *kernel, void (*ctrl)(invar_cuda_ctx *, int),
+                      int ctrl_split, const char *ctrl_name, uint16_t **got)
+{
+    char name[160];
+    int rw = invar_cuda_testing_attn_decode_ring(ctx, ring);
+    run_steps(steps, 0, 1, got);
+    snprintf(name, sizeof name, "steps of <= 8 tokens, split, %s", kernel);
+    compare(got, name);
+    run_steps(steps, 1, 0, got);
+    snprintf(name, sizeof name, "steps of <= 8 tokens, reversed, no split, %s", kernel);
+    compare(got, name);
+    ctrl(ctx, 1);
+    run_steps(steps, 0, ctrl_split, got);
+    snprintf(name, sizeof name, "the same, not reversed [%s]", ctrl_name);
+    compare_want(got, name, short_mode ? -1 : 0);
+    ctrl(ctx, 0);
+    invar_cuda_testing_attn_decode_ring(ctx, rw);
+}
+
 /* fp64 attention of token t of sequence s, head h, into o[HDIM]. */
 static void reference(int s, int t, int h, double *o)
 {
@@ -387,28 +409,11 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         invar_cuda_testing_attn_decode_ring(ctx, rw);
         invar_cuda_testing_attn_split_group(gw);
         /* The same steps with every decode launch on the TMA producer kernel (a persistent
-         * grid, its second warpgroup idle), split and not; then its in-CTA fold control
-         * (items of an odd number of tokens fold with a fused multiply-add). */
-        rw = invar_cuda_testing_attn_decode_ring(ctx, 4);
-        run_steps(small_steps, 0, 1, got);
-        compare(got, "steps of <= 8 tokens, split, TMA kernel");
-        run_steps(small_steps, 1, 0, got);
-        compare(got, "steps of <= 8 tokens, reversed, no split, TMA kernel");
-        invar_cuda_testing_attn_fold_by_rows(ctx, 1);
-        run_steps(small_steps, 0, 0, got);
-        compare_want(got, "the same, not reversed [control: in-CTA fold follows the tile]", short_mode ? -1 : 0);
-        invar_cuda_testing_attn_fold_by_rows(ctx, 0);
-        /* Its one-consumer variant (5 stages), and the merge control on it. */
-        invar_cuda_testing_attn_decode_ring(ctx, 5);
-        run_steps(small_steps, 1, 1, got);
-        compare(got, "steps of <= 8 tokens, reversed, split, one-consumer TMA kernel");
-        run_steps(small_steps, 0, 0, got);
-        compare(got, "steps of <= 8 tokens, no split, one-consumer TMA kernel");
-        invar_cuda_testing_merge_by_batch(ctx, 1);
-        run_steps(small_steps, 0, 1, got);
-        compare_want(got, "the same, split [control: merge follows batch]", short_mode ? -1 : 0);
-        invar_cuda_testing_merge_by_batch(ctx, 0);
-        invar_cuda_testing_attn_decode_ring(ctx, rw);
+         * grid, its second warpgroup idle), then on its one-consumer variant (5 stages). */
+        tma_steps(small_steps, 4, "TMA kernel", invar_cuda_testing_attn_fold_by_rows, 0,
+                  "control: in-CTA fold follows the tile", got);
+        tma_steps(small_steps, 5, "one-consumer TMA kernel", invar_cuda_testing_merge_by_batch, 1,
+                  "control: merge follows batch", got);
     }
     {
         int c100[NSEQ], c293[NSEQ];
