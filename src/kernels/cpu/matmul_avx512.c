@@ -45,6 +45,17 @@ AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_
             _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, PF_HINT);            \
     } while (0)
 
+/* Prefetch, into L2, of a record one row of records ahead (the same unit of the next
+ * column group, nu * rec bytes on), spread over the `parts` steps of the current record's
+ * computation (this is step i). For a DRAM-sized Q3_K stream this read faster than the
+ * burst of the whole record PF_DIST ahead into L1 (bench/README.md, 2026-12-07). */
+#define PF_ROW(ahead, bytes, i, parts)                                                 \
+    do {                                                                               \
+        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
+        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
+            _mm_prefetch((const char *)(ahead) + 64 * l_, _MM_HINT_T1);                \
+    } while (0)
+
 /* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
  * min (mm_unit_q4_K's operations), entered into acc. */
 AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmin, __m512i p, int xs, float dx) {
@@ -149,9 +160,12 @@ AI void k_pl(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m5
     const __m512i m3 = _mm512_set1_epi8(0x03), four = _mm512_set1_epi8(4);
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * rb;
-        prefetch_rec(rec, rb);
+        /* The next group's record u (one row of records ahead: the group the task runs next,
+         * or past its range, harmlessly) into L2, a few lines per 32-block (PF_ROW). */
+        const uint8_t *ahead = rec + nu * rb;
         const __m512 d = _mm512_loadu_ps((const void *)(rec + MM_PL_D(256)));
-        for (int j = 0; j < 8; j++) {
+        UNROLL for (int j = 0; j < 8; j++) {
+            PF_ROW(ahead, rb, j, 8);
             const int64_t b = u * 8 + j;
             const __m512i H = ldw(rec + MM_PL_H(256) + 64 * j);
             __m512i Q[8];
