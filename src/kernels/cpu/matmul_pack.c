@@ -76,12 +76,12 @@ void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 }
 
 /* Decoded types: the integer form of each column's block, laid out as mm_dec_layout_of
- * says: bytes q + 128 (MM_REC_DEC), nibble codes or planes of the code (MM_REC_NIB,
- * MM_REC_PL: the first code of q's
- * value in the type's table; a value listed twice, as MXFP4's zero, decodes the same
- * either way), with one scale per 32-block for ONE types and no minimums for NOMIN ones
- * in the nibble form (the type's decoder guarantees both; test_matmul_invariance checks
- * the packed bits against the integer form). */
+ * says: bytes q + 128 (MM_REC_DEC), nibble codes (MM_REC_NIB) or the code's two bit planes
+ * (MM_REC_PL, Q3_K), the code being the first of q's value in the type's table (a value
+ * listed twice, as MXFP4's zero, decodes the same either way), with one scale per 32-block
+ * for ONE types and no minimums for NOMIN ones in the nibble and plane forms (the type's
+ * decoder guarantees both; test_matmul_invariance checks the packed bits against the
+ * integer form, test_matmul_q3k_planes the plane record against dequant_row). */
 static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type,
                          int nib, int one, int nomin) {
     const quant_traits *qt = &quant_type_table[type];
