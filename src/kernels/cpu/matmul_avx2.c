@@ -281,12 +281,63 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     }
 }
 
+/* Q3_K's plane form (MM_REC_PL; UE = 256, NOMIN, not ONE), columns 8h..8h+7: the code
+ * n = q + 4 of step t is bits 2(t % 4) of low word 2j + t / 4 with bit t of high word j
+ * moved to bit 2; n is unsigned (0..7), so maddubs(n, x) needs no sign trick: a pair is
+ * <= 2 * 7 * 127, a half's four steps summed in s16 <= 7112, and madd(., 1) gives
+ * dot + 4 * (half sum of x) (< 2^15). The two halves go into one int16 pair per lane, less
+ * (4 * xs0, 4 * xs1), and one madd with the record's int16 scale pairs gives
+ * isum = s0 * dlo + s1 * dhi exactly; then k_decoded's NOMIN factor and fold. */
+AI __m256i pl_high(__m256i H, int t) {
+    const __m256i m = _mm256_set1_epi8(4);
+    return t <= 2 ? _mm256_and_si256(_mm256_slli_epi16(H, 2 - t), m) : _mm256_and_si256(_mm256_srli_epi16(H, t - 2), m);
+}
+AI void k_pl(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc) {
+    const xrows X = rows_at(a, i0);
+    const int64_t nu = X.nb / 8;
+    const int rb = MM_REC_PL(256);
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * rb;
+        prefetch_rec(rec, rb, h);
+        const __m256 d = _mm256_loadu_ps((const float *)(rec + MM_PL_D(256) + 32 * h));
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = u * 8 + j;
+            const __m256i H = ldw(rec + MM_PL_H(256) + 64 * j + 32 * h);
+            __m256i Q[8];
+            UNROLL for (int p = 0; p < 2; p++) {
+                const __m256i W = ldw(rec + 64 * (2 * j + p) + 32 * h);
+                UNROLL for (int k = 0; k < 4; k++)
+                    Q[4 * p + k] = _mm256_or_si256(_mm256_and_si256(k ? _mm256_srli_epi16(W, 2 * k) : W, m3),
+                                                   pl_high(H, 4 * p + k));
+            }
+            const __m256i S = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(rec + MM_PL_S(256) + 32 * j + 16 * h)));
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m256i lo = _mm256_maddubs_epi16(Q[0], bcast4(x)), hi = _mm256_maddubs_epi16(Q[4], bcast4(x + 16));
+                UNROLL for (int t = 1; t < 4; t++) {
+                    lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(Q[t], bcast4(x + 4 * t)));
+                    hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(Q[4 + t], bcast4(x + 16 + 4 * t)));
+                }
+                const __m256i xs4 = _mm256_slli_epi16(bcast4((const int8_t *)(X.s + r * 2 * X.nb + 2 * b)), 2);
+                const __m256i P = _mm256_blend_epi16(madd1(lo), _mm256_slli_epi32(madd1(hi), 16), 0xAA);
+                const __m256i isum = _mm256_madd_epi16(_mm256_sub_epi16(P, xs4), S);
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
+            }
+        }
+    }
+}
+
 /* Decoded types: signed q, dots by maddubs(|q|, sign(x, q)): a pair is <= 2*127*127, no
  * saturation. The byte form (NIB = 0, MM_REC_DEC) stores q + 128; the nibble form (NIB = 1,
  * MM_REC_NIB) codes, looked up in the 16-byte table codes[]: word 4j + t gives the byte
  * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
 AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int R, __m256 *acc, const int UE,
                   const int NIB, const int ONE, const int NOMIN) {
+    if (NIB == MM_FORM_PL) {
+        k_pl(a, grp, i0, h, R, acc);
+        return;
+    }
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;

@@ -45,6 +45,17 @@ AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_
             _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, PF_HINT);            \
     } while (0)
 
+/* Prefetch, into L2, of a record one row of records ahead (the same unit of the next
+ * column group, nu * rec bytes on), spread over the `parts` steps of the current record's
+ * computation (this is step i). For a DRAM-sized Q3_K stream this read faster than the
+ * burst of the whole record PF_DIST ahead into L1 (bench/README.md, 2026-12-07). */
+#define PF_ROW(ahead, bytes, i, parts)                                                 \
+    do {                                                                               \
+        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
+        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
+            _mm_prefetch((const char *)(ahead) + 64 * l_, _MM_HINT_T1);                \
+    } while (0)
+
 /* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
  * min (mm_unit_q4_K's operations), entered into acc. */
 AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmin, __m512i p, int xs, float dx) {
@@ -135,6 +146,56 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     }
 }
 
+/* Q3_K's plane form (MM_REC_PL; UE = 256, NOMIN, not ONE). Per 32-block j: the code
+ * n = q + 4 of step t is the two bits 2(t % 4) of low word 2j + t / 4 plus 4 where bit t
+ * of high word j is set (vptestmb, masked vpaddb); dpbusd(n, x) of each half gives
+ * dot + 4 * (half sum of x), and the two halves' chains (|.| <= 16 * 7 * 127 < 2^15) go
+ * into one int16 pair per lane, less (4 * xs0, 4 * xs1), so that one vpmaddwd with the
+ * record's int16 scale pairs gives isum = s0 * dlo + s1 * dhi, exactly. Then the NOMIN
+ * factor, f = d * (float)isum, acc = fma(dx, f, acc): k_decoded's operations. */
+AI void k_pl(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc) {
+    const xrows X = rows_at(a, i0);
+    const int64_t nu = X.nb / 8;
+    const int rb = MM_REC_PL(256);
+    const __m512i m3 = _mm512_set1_epi8(0x03), four = _mm512_set1_epi8(4);
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *rec = grp + u * rb;
+        /* The next group's record u (one row of records ahead: the group the task runs next,
+         * or past its range, harmlessly) into L2, a few lines per 32-block (PF_ROW). */
+        const uint8_t *ahead = rec + nu * rb;
+        const __m512 d = _mm512_loadu_ps((const void *)(rec + MM_PL_D(256)));
+        UNROLL for (int j = 0; j < 8; j++) {
+            PF_ROW(ahead, rb, j, 8);
+            const int64_t b = u * 8 + j;
+            const __m512i H = ldw(rec + MM_PL_H(256) + 64 * j);
+            __m512i Q[8];
+            UNROLL for (int p = 0; p < 2; p++) {
+                const __m512i W = ldw(rec + 64 * (2 * j + p));
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const int t = 4 * p + k;
+                    const __m512i lo2 = _mm512_and_si512(k ? _mm512_srli_epi16(W, 2 * k) : W, m3);
+                    const __mmask64 hb = _mm512_test_epi8_mask(H, _mm512_set1_epi8((char)(1 << t)));
+                    Q[t] = _mm512_mask_add_epi8(lo2, hb, lo2, four);
+                }
+            }
+            const __m512i S = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(rec + MM_PL_S(256) + 32 * j)));
+            UNROLL for (int r = 0; r < R; r++) {
+                const int8_t *x = X.q + r * X.k + 32 * b;
+                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+                UNROLL for (int t = 0; t < 4; t++) {
+                    lo = dp(lo, Q[t], x + 4 * t);
+                    hi = dp(hi, Q[4 + t], x + 16 + 4 * t);
+                }
+                /* (xs0, xs1) as an int16 pair per lane, times 4 (|4 * xs| <= 4 * 16 * 127) */
+                const __m512i xs4 = _mm512_slli_epi16(bcast4((const int8_t *)(X.s + r * 2 * X.nb + 2 * b)), 2);
+                const __m512i P = _mm512_mask_blend_epi16(0xAAAAAAAA, lo, _mm512_slli_epi32(hi, 16));
+                const __m512i isum = _mm512_madd_epi16(_mm512_sub_epi16(P, xs4), S);
+                acc[r] = accum(acc[r], X.d[r * X.nb + b], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+            }
+        }
+    }
+}
+
 /* Decoded types: q + 128 as unsigned bytes, so dpbusd gives dot + 128 * (half sum of x),
  * taken off again; then the factor of matmul_internal.h. The byte form (NIB = 0,
  * MM_REC_DEC) stores those bytes; the nibble form (NIB = 1, MM_REC_NIB) stores codes,
@@ -142,6 +203,10 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
  * form's words 8j + t (low nibbles) and 8j + 4 + t (high nibbles). */
 AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, const int R, __m512 *acc, const int UE,
                   const int NIB, const int ONE, const int NOMIN) {
+    if (NIB == MM_FORM_PL) {
+        k_pl(a, grp, i0, R, acc);
+        return;
+    }
     const xrows X = rows_at(a, i0);
     const int n32 = UE / 32;
     const int64_t nu = X.nb / n32;

@@ -65,6 +65,21 @@ AI void dec_unpack(const uint8_t *rec, uint8_t *U, __m512i table, const int UE, 
     const __m512 dmin = NOMIN ? d : _mm512_loadu_ps((const void *)(rec + L.dmin));
     UNROLL for (int j = 0; j < UE / 32; j++) {
         uint8_t *u = U + j * DUREC;
+        if (NIB == MM_FORM_PL) { /* q + 128 = (n & 3) + 124, + 4 where the high bit is set */
+            const __m512i H = ldw(rec + MM_PL_H(UE) + 64 * j), m3 = _mm512_set1_epi8(3);
+            const __m512i c124 = _mm512_set1_epi8(124), c128 = _mm512_set1_epi8((char)128);
+            UNROLL for (int t = 0; t < 8; t++) {
+                const __m512i lo2 = _mm512_and_si512(_mm512_srli_epi16(ldw(rec + 64 * (2 * j + t / 4)), 2 * (t % 4)), m3);
+                const __mmask64 hb = _mm512_test_epi8_mask(H, _mm512_set1_epi8((char)(1 << t)));
+                st(u + 64 * t, _mm512_add_epi8(lo2, _mm512_mask_blend_epi8(hb, c124, c128)));
+            }
+            /* the int8 pairs (s0, s1) of each lane, sign-extended to int16, then each to int32 */
+            const __m512i S = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(rec + L.s + 32 * j)));
+            stf(u + DU_S0, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(S, 16), 16)));
+            stf(u + DU_S1, _mm512_cvtepi32_ps(_mm512_srai_epi32(S, 16)));
+            stf(u + DU_D, d);
+            continue;
+        }
         if (NIB) {
             UNROLL for (int t = 0; t < 4; t++) {
                 const __m512i N = ldw(rec + 64 * (4 * j + t));

@@ -65,12 +65,31 @@
  *    32-block j), then d f32[16], dmin f32[16] (not for NOMIN types, below), s i8[NS][16]
  *    and m i8[NS][16] (not for NOMIN), NS = UE/32 for ONE types (one per 32-block), else
  *    UE/16 (mm_dec_layout_of): IQ4_XS 2240 B per 256 x 16 weights (0.55 bytes a weight),
- *    Q3_K 2368, Q2_K 2688, against the byte form's 4736.
+ *    Q2_K 2688 (Q3_K's would be 2368: it has the plane form below), against the byte
+ *    form's 4736.
  * Both compute the same factor, so a type's bits do not depend on its form. Per
  * activation block b (sub-block j of the unit), with dlo/dhi the exact dots of the two
  * 16-element halves and xs the activation half sums:
  *     isum = s[2j]*dlo + s[2j+1]*dhi,  imin = m[2j]*xs0 + m[2j+1]*xs1
  *     f = fma(-dmin, (float)imin, d * (float)isum)                    */
+/* The plane form (PL, Q3_K: q + 4 is a 3-bit code n, codes[n] = n - 4) stores n as a
+ * 2-bit plane and a 1-bit plane (7 UE + 64 bytes: 1856 per 256 x 16 weights, 0.45 bytes a
+ * weight, against the nibble form's 2368), NOMIN and not ONE only:
+ *    low bits: words[UE/16][16] @0, word 2j + p, byte 4c + i, bits 2k..2k+1 holding n & 3 of
+ *              element 32j + 4t + i of column c, t = 4p + k (the step of a 32-block: word 2j
+ *              is the block's low 16-element half, 2j + 1 its high half);
+ *    high bit: words[UE/32][16] @4UE, word j, byte 4c + i, bit t holding n >> 2 of the same
+ *              element (the bit that Q3_K's hmask sets: q = (n & 3) - 4 where it is clear);
+ *    d f32[16] @6UE, then s as int8 pairs @6UE + 64: byte 32j + 2c + half, the scales of
+ *    32-block j's two halves side by side (one int16 pair per column for vpmaddwd).
+ * Same factor as the other forms (the integer dots are exact, whatever their order). */
+#define MM_FORM_BYTE 0
+#define MM_FORM_NIB 1
+#define MM_FORM_PL 2
+#define MM_PL_H(UE) (4 * (UE))
+#define MM_PL_D(UE) (6 * (UE))
+#define MM_PL_S(UE) (6 * (UE) + 64)
+#define MM_REC_PL(UE) (7 * (UE) + 64)
 #define MM_REC_DEC(UE) (18 * (UE) + 128)
 #define MM_DEC_D(UE) (16 * (UE))
 #define MM_DEC_DMIN(UE) (16 * (UE) + 64)
@@ -81,11 +100,15 @@
 /* Where a decoded record keeps its parts (byte offsets), for form NIB and the type's facts
  * (below); the scales of 32-block j's halves are at s + 16 * sidx(j, half) (m likewise). */
 typedef struct {
-    int rec, d, dmin, s, m, per32;
+    int rec, d, dmin, s, m, per32, pairs;
 } mm_dec_layout;
 static inline __attribute__((always_inline)) mm_dec_layout mm_dec_layout_of(int nib, int ue, int one, int nomin) {
     mm_dec_layout L;
-    if (!nib) {
+    L.pairs = 0;
+    if (nib == MM_FORM_PL) { /* NOMIN, not ONE: dmin and m are never read */
+        L.d = L.dmin = MM_PL_D(ue), L.s = L.m = MM_PL_S(ue), L.rec = MM_REC_PL(ue);
+        L.per32 = 0, L.pairs = 1;
+    } else if (!nib) {
         L.rec = MM_REC_DEC(ue), L.d = MM_DEC_D(ue), L.dmin = MM_DEC_DMIN(ue), L.s = MM_DEC_S(ue), L.m = MM_DEC_M(ue);
         L.per32 = 0;
     } else {
@@ -98,18 +121,24 @@ static inline __attribute__((always_inline)) mm_dec_layout mm_dec_layout_of(int 
 static inline __attribute__((always_inline)) int mm_dec_sidx(const mm_dec_layout *L, int j, int half) {
     return L->per32 ? j : 2 * j + half;
 }
+/* Byte offset in the record of the scale of 32-block j's half `half`, column c (m likewise
+ * from L->m, for the forms that store it). */
+static inline __attribute__((always_inline)) int mm_dec_soff(const mm_dec_layout *L, int j, int half, int c) {
+    return L->pairs ? L->s + 32 * j + 2 * c + half : L->s + 16 * mm_dec_sidx(L, j, half) + c;
+}
 /* The decoded types: X(lower-case name, ggml name, unit elements, NIB, ONE, NOMIN), NIB
- * the record form (0 bytes, 1 nibbles), then facts of the type's integer form that the
+ * the record form (MM_FORM_*: 0 bytes, 1 nibbles, 2 planes), then facts of the type's integer form that the
  * kernels and the nibble record specialise on: ONE, the two
  * halves of every 32-block share one scale (isum = s * (dlo + dhi), exactly the same
  * integer); NOMIN, dmin = 0 and m = 0 (f = d * isum: fma(-0, 0, x) is x, sign of zero
  * included). test_matmul_invariance checks each kernel against the unspecialised factor. */
 #define MM_DECODED(X)                                                                          \
     X(q5_0, Q5_0, 32, 0, 1, 1) X(q5_1, Q5_1, 32, 0, 1, 0) X(iq4_nl, IQ4_NL, 32, 1, 1, 1)         \
-    X(mxfp4, MXFP4, 32, 1, 1, 1) X(q2_K, Q2_K, 256, 1, 0, 0) X(q3_K, Q3_K, 256, 1, 0, 1)        \
+    X(mxfp4, MXFP4, 32, 1, 1, 1) X(q2_K, Q2_K, 256, 1, 0, 0) X(q3_K, Q3_K, 256, 2, 0, 1)        \
     X(iq4_xs, IQ4_XS, 256, 1, 1, 1)
 /* The record size of a decoded type. */
-#define MM_REC_DECODED(UE, NIB, ONE, NOMIN) ((NIB) ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
+#define MM_REC_DECODED(UE, NIB, ONE, NOMIN) \
+    ((NIB) == MM_FORM_PL ? MM_REC_PL(UE) : (NIB) ? MM_REC_NIB(UE, ONE, NOMIN) : MM_REC_DEC(UE))
 
 /* Quantised activations of m rows, k = nb * 32 columns. */
 typedef struct {

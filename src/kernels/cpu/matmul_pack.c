@@ -76,11 +76,12 @@ void mm_pack_q6_K(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u
 }
 
 /* Decoded types: the integer form of each column's block, laid out as mm_dec_layout_of
- * says: bytes q + 128 (MM_REC_DEC) or nibble codes (MM_REC_NIB: the first code of q's
- * value in the type's table; a value listed twice, as MXFP4's zero, decodes the same
- * either way), with one scale per 32-block for ONE types and no minimums for NOMIN ones
- * in the nibble form (the type's decoder guarantees both; test_matmul_invariance checks
- * the packed bits against the integer form). */
+ * says: bytes q + 128 (MM_REC_DEC), nibble codes (MM_REC_NIB) or the code's two bit planes
+ * (MM_REC_PL, Q3_K), the code being the first of q's value in the type's table (a value
+ * listed twice, as MXFP4's zero, decodes the same either way), with one scale per 32-block
+ * for ONE types and no minimums for NOMIN ones in the nibble and plane forms (the type's
+ * decoder guarantees both; test_matmul_invariance checks the packed bits against the
+ * integer form, test_matmul_q3k_planes the plane record against dequant_row). */
 static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, int64_t u, uint32_t type,
                          int nib, int one, int nomin) {
     const quant_traits *qt = &quant_type_table[type];
@@ -96,6 +97,12 @@ static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, in
         for (int e = 0; e < ue; e++) q[e] = (uint8_t)(B.q[e] + 128);
         if (!nib)
             for (int wi = 0; wi < ue / 4; wi++) put_word(rec, wi, c, q);
+        else if (nib == MM_FORM_PL) /* zeroed record; planes of the code n < 8, see MM_REC_PL */
+            for (int e = 0; e < ue; e++) {
+                const int j = e / 32, t = (e % 32) / 4, i = e % 4, n = code_of[q[e]];
+                rec[64 * (2 * j + t / 4) + 4 * c + i] |= (uint8_t)((n & 3) << (2 * (t % 4)));
+                rec[MM_PL_H(ue) + 64 * j + 4 * c + i] |= (uint8_t)((n >> 2) << t);
+            }
         else /* the record arrives zeroed (cpu_weight_pack); word 4j + t, see MM_REC_NIB */
             for (int e = 0; e < ue; e++) {
                 const int j = e / 32, i = e % 32;
@@ -104,9 +111,9 @@ static void pack_decoded(uint8_t *rec, const uint8_t *const *rows, int ncols, in
         memcpy(rec + L.d + 4 * c, &B.d, 4);
         if (!(nib && nomin)) memcpy(rec + L.dmin + 4 * c, &B.dmin, 4);
         for (int h = 0; h < ue / 16; h++) {
-            const int at = 16 * mm_dec_sidx(&L, h / 2, h % 2) + c;
-            rec[L.s + at] = (uint8_t)B.s[h];
-            if (!(nib && nomin)) rec[L.m + at] = (uint8_t)B.m[h];
+            const int at = mm_dec_soff(&L, h / 2, h % 2, c);
+            rec[at] = (uint8_t)B.s[h];
+            if (!(nib && nomin)) rec[L.m - L.s + at] = (uint8_t)B.m[h];
         }
     }
 }

@@ -241,10 +241,17 @@ QUANT_GROUPS(q6_K)
 /* Decoded types: unit_decoded's operations, reading the integer form from the packed
  * records (decoded once at load) rather than decoding every block again for each row.
  * Byte form (NIB = 0, MM_REC_DEC): the packed bytes are q + 128; nibble form (NIB = 1,
- * MM_REC_NIB): codes of q. The scales are int8, the block scales floats. */
+ * MM_REC_NIB): codes of q; plane form (NIB = 2, MM_REC_PL, Q3_K only): the code's two low
+ * bits and its high bit in two planes. The scales are int8, the block scales floats. */
 static inline __attribute__((always_inline)) int packed_q(const uint8_t *rec, int c, int e, const int NIB,
                                                           const int8_t *codes) {
     if (!NIB) return rec[64 * (e / 4) + 4 * c + e % 4] - 128;
+    if (NIB == MM_FORM_PL) { /* Q3_K's planes: the code n = low + 4 * high */
+        const int j = e / 32, t = (e % 32) / 4, i = e % 4;
+        const int low = (rec[64 * (2 * j + t / 4) + 4 * c + i] >> (2 * (t % 4))) & 3;
+        const int high = (rec[MM_PL_H(256) + 64 * j + 4 * c + i] >> t) & 1;
+        return codes[low | high << 2];
+    }
     const int j = e / 32, i = e % 32;
     const uint8_t byte = rec[64 * (4 * j + (i % 16) / 4) + 4 * c + i % 4];
     return codes[i < 16 ? byte & 0x0F : byte >> 4];
@@ -281,9 +288,9 @@ static inline __attribute__((always_inline)) void decoded_groups(const mm_args *
                             dlo += packed_q(rec, c, 32 * j + e, NIB, codes) * x[e];
                             dhi += packed_q(rec, c, 32 * j + 16 + e, NIB, codes) * x[16 + e];
                         }
-                        const int s0 = 16 * mm_dec_sidx(&L, j, 0) + c, s1 = 16 * mm_dec_sidx(&L, j, 1) + c;
-                        int isum = (int8_t)rec[L.s + s0] * dlo + (int8_t)rec[L.s + s1] * dhi;
-                        int imin = stored_min ? (int8_t)rec[L.m + s0] * xs[2 * b] + (int8_t)rec[L.m + s1] * xs[2 * b + 1] : 0;
+                        const int s0 = mm_dec_soff(&L, j, 0, c), s1 = mm_dec_soff(&L, j, 1, c), mo = L.m - L.s;
+                        int isum = (int8_t)rec[s0] * dlo + (int8_t)rec[s1] * dhi;
+                        int imin = stored_min ? (int8_t)rec[mo + s0] * xs[2 * b] + (int8_t)rec[mo + s1] * xs[2 * b + 1] : 0;
                         float f = fmaf(-dmin, (float)imin, d * (float)isum);
                         acc = fmaf(xd[b], f, acc);
                     }
