@@ -1,10 +1,10 @@
 /* Attention benchmark: decode (one query token per sequence) over batch x context, and
  * single-sequence causal prefill; Llama-3-8B heads (32 query, 8 KV, head_dim 128). The
- * default (wgmma) kernel with the plan's KV split and with the other one, and the previous
- * mma.sync kernel (plan's split) in the same run; for decode also the wgmma kernel split in
- * runs of 1 (the v3 work list), 2, 4 and 8 splits per CTA, with the 6-stage ring, on the TMA
- * producer kernel (split and not) and split with
- * the merge in the kernel against the merge kernel after it; for prefill the TMA kernel
+ * default kernels with the plan's KV split and with the other one, and the previous mma.sync
+ * kernel (plan's split) in the same run; for decode (default: the TMA producer kernel) also
+ * its one-consumer variant, and the wgmma kernel's cp.async rings (the previous default),
+ * split and not, in runs of 1, 2, 4 and 8 splits per CTA, with the 6-stage ring, and split
+ * with the merge in the kernel against the merge kernel after it; for prefill the TMA kernel
  * with consumer turns, the cp.async kernel and the persistent grid. */
 #include <math.h>
 #include <string.h>
@@ -101,8 +101,17 @@ void bench_attention(FILE *js)
         double ms = one(dec[i][0], dec[i][1], 1, -1, 0, &split);
         double ms_other = one(dec[i][0], dec[i][1], 1, !split, 0, &other);
         double ms_mma = one(dec[i][0], dec[i][1], 1, -1, 1, &s_mma);
-        /* The wgmma decode's alternatives (same bits): split forced, in runs of 1 (the v3
+        /* The TMA kernel's one-consumer variant (5 stages), the plan's split and the other. */
+        int st1, st2, st3;
+        int rw = invar_cuda_testing_attn_decode_ring(ctx, 5);
+        double ms_t1 = one(dec[i][0], dec[i][1], 1, -1, 0, &st1);
+        double ms_t1_other = one(dec[i][0], dec[i][1], 1, !st1, 0, &st3);
+        /* The wgmma kernel's cp.async rings (the default decode until 2026-12-07), the plan's
+         * split and the other; its alternatives (same bits): split forced, in runs of 1 (the v3
          * work list), 2, 4 and 8 splits per CTA, and the 6-stage ring at one CTA per SM. */
+        invar_cuda_testing_attn_decode_ring(ctx, 3);
+        double ms_wg = one(dec[i][0], dec[i][1], 1, -1, 0, &st1);
+        double ms_wg_other = one(dec[i][0], dec[i][1], 1, !st1, 0, &st2);
         static const int runs[4] = {1, 2, 4, 8};
         double ms_g[4];
         int gw = invar_cuda_testing_attn_split_group(1);
@@ -111,18 +120,6 @@ void bench_attention(FILE *js)
             ms_g[r] = one(dec[i][0], dec[i][1], 1, 1, 0, &s1);
         }
         invar_cuda_testing_attn_split_group(gw);
-        int rw = invar_cuda_testing_attn_decode_ring(ctx, 6);
-        double ms_r6 = one(dec[i][0], dec[i][1], 1, -1, 0, &s6);
-        /* Every decode launch on the TMA producer kernel (persistent grid), the plan's split
-         * and the other. */
-        int st1, st2, st3;
-        invar_cuda_testing_attn_decode_ring(ctx, 4);
-        double ms_tma = one(dec[i][0], dec[i][1], 1, -1, 0, &st1);
-        double ms_tma_other = one(dec[i][0], dec[i][1], 1, !st1, 0, &st2);
-        invar_cuda_testing_attn_decode_ring(ctx, 5); /* one consumer warpgroup, 5 stages */
-        double ms_t1 = one(dec[i][0], dec[i][1], 1, -1, 0, &st1);
-        double ms_t1_other = one(dec[i][0], dec[i][1], 1, !st1, 0, &st3);
-        invar_cuda_testing_attn_decode_ring(ctx, rw);
         /* Split forced, merged in the kernel's last CTA of each tile and by the merge kernel
          * after it, alternating twice: the better of each. */
         double ms_in = 1e30, ms_mk = 1e30;
@@ -136,22 +133,26 @@ void bench_attention(FILE *js)
             ms_mk = t < ms_mk ? t : ms_mk;
         }
         invar_cuda_testing_attn_merge_kernel(ctx, mk);
+        invar_cuda_testing_attn_decode_ring(ctx, 6);
+        double ms_r6 = one(dec[i][0], dec[i][1], 1, -1, 0, &s6);
+        invar_cuda_testing_attn_decode_ring(ctx, rw);
         double bytes = (double)dec[i][0] * dec[i][1] * HKV * HD * 2 * 2;
-        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us; mma.sync kernel %.1f us, "
-               "%.2fx; split in runs of 1/2/4/8: %.1f / %.1f / %.1f / %.1f us; 6-stage ring %.1f us, %.2f TB/s; split, "
-               "in-kernel merge %.1f us, merge kernel %.1f us; TMA kernel %.1f us (%.2f TB/s), split=%d: %.1f us; "
-               "one-consumer TMA %.1f us (%.2f TB/s), split=%d: %.1f us)\n",
-               dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_mma * 1e3,
-               ms_mma / ms, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3,
-               bytes / (ms_r6 * 1e-3) / 1e12, ms_in * 1e3, ms_mk * 1e3, ms_tma * 1e3, bytes / (ms_tma * 1e-3) / 1e12,
-               st2, ms_tma_other * 1e3, ms_t1 * 1e3, bytes / (ms_t1 * 1e-3) / 1e12, st3, ms_t1_other * 1e3);
+        printf("decode B=%3d ctx=%6d: %9.1f us  %.2f TB/s  split=%d   (split=%d: %.1f us; one-consumer TMA %.1f us "
+               "(%.2f TB/s), split=%d: %.1f us; mma.sync kernel %.1f us, %.2fx; wgmma cp.async rings %.1f us "
+               "(%.2f TB/s), split=%d: %.1f us; its split in runs of 1/2/4/8: %.1f / %.1f / %.1f / %.1f us, "
+               "6-stage ring %.1f us, split with in-kernel merge %.1f us, merge kernel %.1f us)\n",
+               dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, other, ms_other * 1e3, ms_t1 * 1e3,
+               bytes / (ms_t1 * 1e-3) / 1e12, st3, ms_t1_other * 1e3, ms_mma * 1e3, ms_mma / ms, ms_wg * 1e3,
+               bytes / (ms_wg * 1e-3) / 1e12, st2, ms_wg_other * 1e3, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3,
+               ms_g[3] * 1e3, ms_r6 * 1e3, ms_in * 1e3, ms_mk * 1e3);
         fprintf(js, "%s  {\"kind\": \"decode\", \"B\": %d, \"ctx\": %d, \"us\": %.2f, \"kv_TBps\": %.3f, \"split\": %d, "
-                "\"us_other_split\": %.2f, \"us_mma\": %.2f, \"us_runs1\": %.2f, \"us_runs2\": %.2f, \"us_runs4\": %.2f, "
-                "\"us_runs8\": %.2f, \"us_ring6\": %.2f, \"us_split_merge_in_kernel\": %.2f, \"us_split_merge_kernel\": %.2f, "
-                "\"us_tma\": %.2f, \"us_tma_other_split\": %.2f, \"us_tma1\": %.2f, \"us_tma1_other_split\": %.2f}",
+                "\"us_other_split\": %.2f, \"us_tma1\": %.2f, \"us_tma1_other_split\": %.2f, \"us_mma\": %.2f, "
+                "\"us_wg\": %.2f, \"us_wg_other_split\": %.2f, \"us_runs1\": %.2f, \"us_runs2\": %.2f, "
+                "\"us_runs4\": %.2f, \"us_runs8\": %.2f, \"us_ring6\": %.2f, \"us_split_merge_in_kernel\": %.2f, "
+                "\"us_split_merge_kernel\": %.2f}",
                 first ? "" : ",\n", dec[i][0], dec[i][1], ms * 1e3, bytes / (ms * 1e-3) / 1e12, split, ms_other * 1e3,
-                ms_mma * 1e3, ms_g[0] * 1e3, ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3, ms_in * 1e3,
-                ms_mk * 1e3, ms_tma * 1e3, ms_tma_other * 1e3, ms_t1 * 1e3, ms_t1_other * 1e3);
+                ms_t1 * 1e3, ms_t1_other * 1e3, ms_mma * 1e3, ms_wg * 1e3, ms_wg_other * 1e3, ms_g[0] * 1e3,
+                ms_g[1] * 1e3, ms_g[2] * 1e3, ms_g[3] * 1e3, ms_r6 * 1e3, ms_in * 1e3, ms_mk * 1e3);
         first = 0;
         fflush(stdout);
     }

@@ -367,6 +367,9 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
             run_steps(one, 0, -1, got);
             compare(got, "decode, one token per sequence per batch");
         }
+        /* The rest of this block on the wgmma kernel's cp.async rings (the merge in the
+         * kernel's last CTA is theirs); tma_steps below covers the TMA decode kernels. */
+        const int ring_was = invar_cuda_testing_attn_decode_ring(ctx, 3);
         run_steps(one, 1, 1, got);
         compare(got, "decode, reversed, forced split");
         /* The same launches with the other merge: the merge kernel after the attention, or
@@ -393,6 +396,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
             compare(got, "decode, split, runs of 3 splits");
             invar_cuda_testing_attn_split_group(gw);
         }
+        invar_cuda_testing_attn_decode_ring(ctx, ring_was);
     }
     if (!race_mode) {
         /* Steps of at most 8 tokens (at most 64 rows: the decode variants) on the 6-stage

@@ -250,6 +250,20 @@ static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
 
 /* INVAR_CUDA_ATTN=mma: the mma.sync kernel's work lists stay as they were measured for it.
  * The same value on every call (a benign race). */
+int invar_cuda_attn_decode_ring_env(void)
+{
+    static int ring = -1;
+    if (ring < 0) {
+        const char *e = getenv("INVAR_CUDA_ATTN_DECODE_RING");
+        ring = !e || !strcmp(e, "tma") ? WS_DECODE
+               : !strcmp(e, "tma1")    ? WS_DECODE1
+               : !strcmp(e, "6")       ? WG_DEEP_STAGES
+               : !strcmp(e, "wg")      ? 0
+                                       : WS_DECODE;
+    }
+    return ring;
+}
+
 static int attn_mma_env(void)
 {
     static int mma_env = -1;
@@ -320,7 +334,14 @@ extern "C" int invar_cuda_attn_measure(int n_seqs, const int32_t *q_start, const
      * the merge launch (the mma.sync kernel's decode was faster split everywhere); prefill
      * tiles were faster whole down to one wave of CTAs, so they split only when whole tiles
      * would leave most SMs idle. */
+    const int ring = invar_cuda_attn_decode_ring_env();
     if (ni_split1 <= ni_tile) out->auto_split = 0;
+    else if (out->rows_max <= ATT_SMALL_ROWS && !attn_mma_env() && (ring == WS_DECODE || ring == WS_DECODE1))
+        /* The TMA decode kernels (one CTA per SM, persistent): whole tiles ran faster from
+         * about one wave of them (H100, bench_attention 2026-12-07: 16 x 4k 95.0 us whole vs
+         * 100.5 split, 16 x 32k 681 vs 733, 256 x 1k 369 vs 368), split below it (1 x 1k 16.6
+         * vs 22.5, 1 x 8k 22.0 vs 122, 1 x 32k 58 vs 476). */
+        out->auto_split = 4 * ni_tile * (size_t)n_kv_heads < 3 * (size_t)sm_count;
     else if (out->rows_max <= ATT_SMALL_ROWS)
         out->auto_split = attn_mma_env() ||
                           !(ni_tile * (size_t)n_kv_heads >= 2 * (size_t)sm_count &&

@@ -59,15 +59,7 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
      * (their bits differ from each other's). */
     const char *attn = getenv("INVAR_CUDA_ATTN");
     ctx->attn_mma = attn && strcmp(attn, "mma") == 0;
-    /* Speed only (same bits): INVAR_CUDA_ATTN_DECODE_RING=6 puts split decode launches on the
-     * 6-stage one-CTA-per-SM ring, =tma every decode launch on the TMA producer kernel, =tma1 on
-     * its one-consumer variant. */
-    const char *ring = getenv("INVAR_CUDA_ATTN_DECODE_RING");
-    ctx->attn_decode_ring = !ring                  ? 0
-                            : !strcmp(ring, "6")    ? 6
-                            : !strcmp(ring, "tma")  ? 4
-                            : !strcmp(ring, "tma1") ? 5
-                                                    : 0;
+    ctx->attn_decode_ring = invar_cuda_attn_decode_ring_env();
     /* Speed only (same bits): INVAR_CUDA_ATTN_PREFILL=1 (consumer turns), 2 (the cp.async
      * kernel) or 3 (persistent grid) for prefill tiles. */
     const char *pre = getenv("INVAR_CUDA_ATTN_PREFILL");

@@ -32,9 +32,9 @@ struct invar_cuda_ctx {
     int attn_prefill;           /* items of > 64 rows: 0 TMA kernel, 1 with turns, 2 cp.async kernel, 3 persistent */
     int attn_pv128;             /* head_dim 128: P V as one m64n128k16 per k16 step (else two m64n64k16) */
     int testing_fold_by_rows;   /* negative control: the TMA kernel's in-CTA fold follows the tile */
-    int attn_decode_ring;       /* 0: the default decode rings (cp.async, 2 CTAs/SM); 6: split ones 6 stages,
-                                 * 1 CTA/SM; 4: every decode launch on the TMA kernel (persistent), 5: on
-                                 * its one-consumer variant (5 stages) */
+    int attn_decode_ring;       /* 4 (default): every decode launch on the TMA kernel (persistent), 5: on
+                                 * its one-consumer variant (5 stages); 0: the wgmma kernel's cp.async
+                                 * rings (2 CTAs/SM); 6: its split ones with 6 stages, 1 CTA/SM */
     int attn_merge_kernel;      /* split launches' merge: 0 last CTA, 1 merge kernel, 2 by context */
     int32_t *attn_done;         /* the in-kernel merge's tile counters, zero between launches */
     float *attn_ws;             /* split-KV partials */
@@ -53,6 +53,12 @@ struct invar_cuda_ctx {
  * +2% (1 x 32k, 16 x 32k). Speed only: same bits either way. */
 #define INVAR_CUDA_ATTN_MERGE_KERNEL_DEFAULT 2
 #define INVAR_CUDA_ATTN_MERGE_CTA_MAX_CTX 16384
+
+/* INVAR_CUDA_ATTN_DECODE_RING, read once (speed only, same bits): unset or "tma" 4, the TMA
+ * producer kernel on a persistent grid for every decode launch; "tma1" 5, its one-consumer
+ * variant; "wg" 0, the wgmma kernel's cp.async rings (the default until 2026-12-07); "6" 6, as
+ * "wg" with split launches on a 6-stage one-CTA-per-SM ring. */
+int invar_cuda_attn_decode_ring_env(void);
 
 /* Records a message and returns code. */
 int invar_cuda_fail(invar_cuda_ctx *ctx, int code, const char *fmt, ...);
