@@ -67,7 +67,9 @@ AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmi
 
 /* One activation row (decode) of Q4_K (Q5 = 0) or Q5_K (Q5 = 1): each quant word (and
  * qh word) loaded once for the two blocks of its low and high nibbles, four independent
- * dpbusd chains, the record's prefetch spread over its four word chunks. Per lane the
+ * dpbusd chains; the next group's record u prefetched into L2 (PF_ROW), spread over the
+ * four word chunks (1.05-1.35x the GB/s of PF_SPREAD at a DRAM footprint on a 2-vCPU
+ * Xeon: bench/results/cpu_pfrow-kquant-m1.txt). Per lane the
  * operations and their order are mm_unit_q4_K's / mm_unit_q5_K's (the dots are exact
  * integers). */
 AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc, const int Q5) {
@@ -76,10 +78,10 @@ AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     const int64_t nu = X.nb / 8;
     const int RB = Q5 ? MM_REC_Q5_K : MM_REC_Q4_K;
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * RB;
+        const uint8_t *rec = grp + u * RB, *ahead = rec + nu * RB;
         const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
         UNROLL for (int c = 0; c < 4; c++) {
-            PF_SPREAD(rec, RB, c, 4);
+            PF_ROW(ahead, RB, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             __m512i p0[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, p1[2] = {p0[0], p0[0]};
@@ -106,19 +108,23 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
  * words of the record's streaming order (ql 16n+t, ql 16n+8+t, qh 8n+t: consecutive
  * lines) are loaded once and give one quant vector of each of the half's four blocks,
  * into eight independent dpbusd chains ([16-element half][block]); the record is read
- * strictly in address order, its prefetch spread over the 16 steps. The block factors
+ * strictly in address order. Prefetch, spread over the 16 steps: the next group's record u
+ * into L2 (PF_ROW) and this group's record PF_DIST ahead into L1 (PF_SPREAD); both together
+ * read faster than either alone at a DRAM footprint (bench/results/cpu_pfrow-kquant-m1.txt).
+ * The block factors
  * then enter acc in block order with mm_unit_q6_K's operations (the dots are exact). */
 AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc) {
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const int64_t nu = X.nb / 8;
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        const uint8_t *rec = grp + u * MM_REC_Q6_K, *ahead = rec + nu * MM_REC_Q6_K;
         UNROLL for (int n = 0; n < 2; n++) {
             const int8_t *x = X.q + 32 * (u * 8 + 4 * n);
             __m512i P[2][4]; /* [16-element half][qtr] */
             UNROLL for (int q = 0; q < 4; q++) P[0][q] = P[1][q] = _mm512_setzero_si512();
             UNROLL for (int t = 0; t < 8; t++) {
+                PF_ROW(ahead, MM_REC_Q6_K, 8 * n + t, 16);
                 PF_SPREAD(rec, MM_REC_Q6_K, 8 * n + t, 16);
                 const __m512i LA = ldw(rec + MM_Q6_QL(16 * n + t)), LB = ldw(rec + MM_Q6_QL(16 * n + 8 + t));
                 const __m512i H = ldw(rec + MM_Q6_QH(8 * n + t));
@@ -342,7 +348,9 @@ AI void panel_stream(const uint32_t type, const uint8_t *grp, const uint8_t *xp,
 /* One row (decode, R = 1) streaming: two blocks at a time, each dot split into two
  * chains (even and odd steps), so four dpbusd chains run side by side instead of one
  * chain of eight per block; the integer sums are exact and the float operations are
- * block_rows' in block order. */
+ * block_rows' in block order. (PF_ROW's prefetch of the next group's record into L2
+ * instead of prefetch_rec read only 1.02-1.04x faster for Q8_0 at a DRAM footprint, and
+ * in panel_stream slower for Q4_1 at K = 8192: bench/results/cpu_pfrow-kquant-m1.txt.) */
 AI void panel_stream_row(const uint32_t type, const uint8_t *grp, const uint8_t *xp, int64_t nb, __m512 *acc) {
     const size_t rb = rec_bytes(type);
     int64_t b = 0;
