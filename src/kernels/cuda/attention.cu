@@ -248,8 +248,9 @@ static size_t tile_splits(int q_len, int ctx_len, int t0, int qt)
     return (size_t)((ctx_len - q_len + t0 + n - 1) / SPLIT + 1);
 }
 
-/* INVAR_CUDA_ATTN=mma: the mma.sync kernel's work lists stay as they were measured for it.
- * The same value on every call (a benign race). */
+/* Read once (cuda_internal.h lists the values). The plans' decode split rule follows this
+ * setting, the ring the process runs; the testing switch of ctx->attn_decode_ring changes the
+ * kernel only, which gives the same bits under either split. */
 int invar_cuda_attn_decode_ring_env(void)
 {
     static int ring = -1;
@@ -264,6 +265,8 @@ int invar_cuda_attn_decode_ring_env(void)
     return ring;
 }
 
+/* INVAR_CUDA_ATTN=mma: the mma.sync kernel's work lists stay as they were measured for it.
+ * The same value on every call (a benign race). */
 static int attn_mma_env(void)
 {
     static int mma_env = -1;
