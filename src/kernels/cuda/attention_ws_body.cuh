@@ -56,6 +56,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
         tma_prefetch_desc(&tmv);
     }
     __syncthreads();
+    pdl_enter(); /* the barriers and descriptors above touch no global memory */
     /* counts == NULL: n_items items, CTA x runs x, x + grid, ... counted from the last (the
      * longest come first). Else counts = {n_items, max_pages} on the device (graphs). */
     const int ni = counts ? __ldg(counts) : n_items;
