@@ -211,8 +211,8 @@ extern "C" int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const
     if (!nvec) return 0;
     unsigned grid = (unsigned)((nvec + 255) / 256);
     return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_QKV, head_dim == 128 ? kv_write_kernel_hd128 : kv_write_kernel_hd64, dim3(grid),
-                                       dim3(256), 0, k, v, k_cache, v_cache, slot, n_kv_heads, nvec),
+                            pdl_launch(ctx, PDL_QKV, head_dim == 128 ? kv_write_kernel_hd128 : kv_write_kernel_hd64,
+                                       dim3(grid), dim3(256), 0, k, v, k_cache, v_cache, slot, n_kv_heads, nvec),
                             "kv_write launch");
 }
 
@@ -391,13 +391,13 @@ extern "C" size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int h
 
 typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                                const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
-                               int, float, const int32_t *);
-typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
+                               int, float, const int32_t *, int);
+typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int, int);
 /* The wgmma kernel's: attn_kernel_fn's arguments, then the merge's tile counters (NULL: the
  * merge kernel runs after it) and the merge control's flag. */
 typedef void (*wg_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                              const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int, int,
-                             float, const int32_t *, int32_t *, int);
+                             float, const int32_t *, int32_t *, int, int);
 
 template <int NWG, int ST, bool RUN> static wg_kernel_fn wg_pick(int hd, bool pv128)
 {
@@ -408,7 +408,7 @@ template <int NWG, int ST, bool RUN> static wg_kernel_fn wg_pick(int hd, bool pv
 typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                              const invar_cuda_attn_item *, int, const uint16_t *, const uint16_t *,
                              const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
-                             float *, int, int, int, float, const int32_t *, int);
+                             float *, int, int, int, float, const int32_t *, int, int);
 
 template <int NWG, int ST, bool PP> static ws_kernel_fn ws_pick(int hd, bool pv128)
 {

@@ -24,9 +24,9 @@ qkv_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ bias,
                 const float *__restrict__ q_norm, const float *__restrict__ k_norm, float eps,
                 const float *__restrict__ rope_cs, const int32_t *__restrict__ pos, int n_rot, int neox,
                 uint16_t *__restrict__ q_out, uint16_t *__restrict__ k_cache, uint16_t *__restrict__ v_cache,
-                const int32_t *__restrict__ slot, int H, int Hkv, int hd)
+                const int32_t *__restrict__ slot, int H, int Hkv, int hd, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     __shared__ float buf[PREP_WARPS][PREP_HD_MAX];
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int width = (H + 2 * Hkv) * hd;

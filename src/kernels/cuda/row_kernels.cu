@@ -118,9 +118,9 @@ static __device__ struct ms block_ms(struct ms v, float *sh)
 /* ---- RMSNorm with fused residual add ---- */
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const uint16_t *__restrict__ x, uint16_t *__restrict__ res,
-               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps, int reverse)
+               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps, int reverse, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     __shared__ float sh[66];
     size_t row = blockIdx.x;
     int nv = D / 8;
@@ -175,9 +175,9 @@ extern "C" int invar_cuda_rmsnorm(invar_cuda_ctx *ctx, const uint16_t *x, uint16
 
 /* ---- SiLU(gate) * up ---- */
 __global__ void silu_mul_kernel(const uint16_t *__restrict__ gu, uint16_t *__restrict__ out,
-                                int F, size_t nvec)
+                                int F, size_t nvec, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nvec) return;
     size_t fv = (size_t)F / 8;
@@ -211,9 +211,9 @@ extern "C" int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint
 #define ROPE_HEADS 8
 __global__ void rope_kernel(uint16_t *__restrict__ x, const int32_t *__restrict__ pos,
                             const float *__restrict__ inv_freq, int H, int D, int row_stride,
-                            size_t nwork)
+                            size_t nwork, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
     int per_tok = D / 16; /* groups of 8 pairs */
@@ -267,9 +267,9 @@ extern "C" int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *
 
 /* ---- embedding gather: 4 x 16 bytes per thread, loads before stores ---- */
 __global__ void embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ ids,
-                             uint16_t *__restrict__ out, int D, int V, size_t nwork)
+                             uint16_t *__restrict__ out, int D, int V, size_t nwork, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
     int per_row = D / 32; /* 4 vectors of 8 per thread */
@@ -324,9 +324,9 @@ static __device__ struct ms row_ms(const float *x, int V, float *sh)
 }
 
 __global__ void __launch_bounds__(VOCAB_THREADS)
-log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V)
+log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     __shared__ float sh[66];
     for (int row = blockIdx.x; row < M; row += gridDim.x) {
         const float *x = logits + (size_t)row * V;
@@ -368,9 +368,9 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
  * engine reports on the GPU is logit - this lse, one fp32 subtraction. */
 __global__ void __launch_bounds__(VOCAB_THREADS)
 row_stats_kernel(const float *__restrict__ logits, int ld, int V, int M, const int32_t *__restrict__ tok_in,
-                 int32_t *__restrict__ argmax, float *__restrict__ lse_out, float *__restrict__ logprob)
+                 int32_t *__restrict__ argmax, float *__restrict__ lse_out, float *__restrict__ logprob, int pdl)
 {
-    pdl_enter();
+    pdl_enter(pdl);
     __shared__ float sh[66];
     __shared__ int best;
     for (int row = blockIdx.x; row < M; row += gridDim.x) {

@@ -11,7 +11,6 @@
  * INVAR_CUDA_SAMPLE_CAP is reported (status 1) for the caller to sample on the host. */
 #include <math.h>
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/pdl.cuh"
 
 #define S_THREADS 1024
 #define CAP INVAR_CUDA_SAMPLE_CAP
@@ -122,7 +121,6 @@ sample_rows_kernel(const float *__restrict__ logits, int ld, int V, const int32_
                    const float *__restrict__ lse, const invar_cuda_sample_params *__restrict__ params,
                    invar_cuda_sample_out *__restrict__ outs, float *__restrict__ work)
 {
-    pdl_enter();
     extern __shared__ float smem[];
     float *stage = smem;                                  /* [STAGE] */
     int32_t *cid = (int32_t *)(stage + STAGE);            /* [CAP] candidate ids */
@@ -313,8 +311,6 @@ extern "C" int invar_cuda_sample_rows(invar_cuda_ctx *ctx, const float *logits, 
                                               (int)smem),
                          "sample_rows smem attribute"))
         return INVAR_CUDA_ECUDA;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_SAMPLE, sample_rows_kernel, dim3(n), dim3(S_THREADS), smem, logits, ld, V, rows,
-                                       lse, params, out, work),
-                            "sample_rows launch");
+    sample_rows_kernel<<<n, S_THREADS, smem, ctx->stream>>>(logits, ld, V, rows, lse, params, out, work);
+    return invar_cuda_check(ctx, cudaGetLastError(), "sample_rows launch");
 }
