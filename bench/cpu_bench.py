@@ -164,6 +164,17 @@ def int8_probe():
         return None
 
 
+def amx_probe():
+    """bench/amx_peak built and run once, or None where the compiler, CPU or kernel gives no
+    AMX-INT8 (reported beside the vpdpbusd peak: invar's kernels do not use AMX)."""
+    try:
+        exe = build_probe("amx_peak")
+        fma_peak(exe, 1, 1)
+        return exe
+    except (subprocess.CalledProcessError, OSError):
+        return None
+
+
 def stream_bandwidth(exe, threads, size_mib, reps):
     out = subprocess.run([exe, str(size_mib), str(threads), str(reps)], check=True,
                          capture_output=True, text=True).stdout
@@ -837,6 +848,8 @@ def main():
     cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
     fma_samples = {t: fma_peak(fma, t, 3) for t in threads_list}
     int8_samples = {t: fma_peak(i8, t, 3) for t in threads_list} if i8 else {}
+    amx = amx_probe()
+    amx_samples = {t: fma_peak(amx, t, 3) for t in threads_list} if amx else {}
 
     results = []
     tag = args.tag or started.strftime("%Y%m%d-%H%M")
@@ -878,11 +891,17 @@ def main():
         fma_samples[t] += fma_peak(fma, t, 3)
         if i8:
             int8_samples[t] += fma_peak(i8, t, 3)
+        if amx:
+            amx_samples[t] += fma_peak(amx, t, 3)
     bw = {t: median(v) for t, v in bw_samples.items()}
     fma_med = {t: median(v) for t, v in fma_samples.items()}
     int8_med = {t: median(v) for t, v in int8_samples.items()}
+    amx_med = {t: median(v) for t, v in amx_samples.items()}
     rows, goals = summarise(results, models, bw, threads_list, ns, fma_med, macs, int8_med)
     print_table(rows, goals, bw, models, fma_med, macs, int8_med)
+    if amx_med:
+        print("AMX-INT8 tile peak (tdpbssd, median; not what %peak is against): "
+              + ", ".join(f"{t} thr {g:.1f} GMAC/s" for t, g in sorted(amx_med.items())))
     print(f"\n(96 MiB read, fits the last-level cache: "
           + ", ".join(f"{t} thr {g:.2f} GB/s" for t, g in sorted(cache_bw.items())) + ")")
     load1 = load_average()
@@ -907,6 +926,7 @@ def main():
         "stream_read_gbps": {"1GiB_samples": bw_samples, "1GiB_median": bw, "96MiB_median": cache_bw},
         "fma_peak_gmacs": {"samples": fma_samples, "median": fma_med},
         "int8_peak_gmacs": {"samples": int8_samples, "median": int8_med},
+        "amx_int8_peak_gmacs": {"samples": amx_samples, "median": amx_med},
         "prefill_macs_per_token": macs,
         "results": results, "table": rows, "goals": goals,
     }
