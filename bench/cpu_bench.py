@@ -154,21 +154,12 @@ def fma_peak(exe, threads, reps):
     return json.loads(out)["gmacs"]
 
 
-def int8_probe():
-    """bench/int8_peak built, or None where the compiler or CPU lacks AVX-512 VNNI and AVX2."""
+def optional_probe(name):
+    """bench/<name>.c built and run once, or None where the compiler, CPU or kernel lacks
+    what it needs: int8_peak AVX-512 VNNI or AVX2; amx_peak AMX-INT8 (reported beside the
+    vpdpbusd peak: invar's kernels do not use AMX)."""
     try:
-        exe = build_probe("int8_peak")
-        fma_peak(exe, 1, 1)
-        return exe
-    except (subprocess.CalledProcessError, OSError):
-        return None
-
-
-def amx_probe():
-    """bench/amx_peak built and run once, or None where the compiler, CPU or kernel gives no
-    AMX-INT8 (reported beside the vpdpbusd peak: invar's kernels do not use AMX)."""
-    try:
-        exe = build_probe("amx_peak")
+        exe = build_probe(name)
         fma_peak(exe, 1, 1)
         return exe
     except (subprocess.CalledProcessError, OSError):
@@ -825,7 +816,7 @@ def main():
         sys.exit("--model takes NAME=PATH")
     models = [(n, p, *weight_bytes_per_token(p)) for n, p in ensure_models(args.skip_random) + extra
               if chosen is None or n in chosen or (n, p) in extra]
-    stream, fma, i8 = build_probe("stream_read"), build_probe("fma_peak"), int8_probe()
+    stream, fma, i8 = build_probe("stream_read"), build_probe("fma_peak"), optional_probe("int8_peak")
     macs = {n: prefill_macs_per_token(p) for n, p, _, _ in models}
     exact = make_prompts(invar, DEFAULT_MODEL, 1234)
     prompt_cache = {n: [exact(n) for _ in range(64 * 3 + 8)] for n in (SHORT_PROMPT,)}
@@ -848,7 +839,7 @@ def main():
     cache_bw = {t: median(stream_bandwidth(stream, t, 96, 10)) for t in threads_list}
     fma_samples = {t: fma_peak(fma, t, 3) for t in threads_list}
     int8_samples = {t: fma_peak(i8, t, 3) for t in threads_list} if i8 else {}
-    amx = amx_probe()
+    amx = optional_probe("amx_peak")
     amx_samples = {t: fma_peak(amx, t, 3) for t in threads_list} if amx else {}
 
     results = []
