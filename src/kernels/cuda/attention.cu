@@ -23,7 +23,6 @@
 #include <string.h>
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/hopper_ptx.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/mma_sync_ptx.cuh"
 #include "kernels/cuda/wgmma_m64n64k16.cuh"
 
@@ -210,10 +209,11 @@ extern "C" int invar_cuda_kv_write(invar_cuda_ctx *ctx, const uint16_t *k, const
     size_t nvec = (size_t)T * n_kv_heads * head_dim / 8;
     if (!nvec) return 0;
     unsigned grid = (unsigned)((nvec + 255) / 256);
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_QKV, head_dim == 128 ? kv_write_kernel_hd128 : kv_write_kernel_hd64,
-                                       dim3(grid), dim3(256), 0, k, v, k_cache, v_cache, slot, n_kv_heads, nvec),
-                            "kv_write launch");
+    if (head_dim == 128)
+        kv_write_kernel_hd128<<<grid, 256, 0, ctx->stream>>>(k, v, k_cache, v_cache, slot, n_kv_heads, nvec);
+    else
+        kv_write_kernel_hd64<<<grid, 256, 0, ctx->stream>>>(k, v, k_cache, v_cache, slot, n_kv_heads, nvec);
+    return invar_cuda_check(ctx, cudaGetLastError(), "kv_write launch");
 }
 
 static void *to_dev(const void *h, size_t bytes)
@@ -391,13 +391,13 @@ extern "C" size_t invar_cuda_attn_ws_bytes(size_t n_partials, int n_heads, int h
 
 typedef void (*attn_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                                const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int,
-                               int, float, const int32_t *, int);
-typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int, int);
+                               int, float, const int32_t *);
+typedef void (*attn_merge_fn)(const float *, const int32_t *, const int32_t *, uint16_t *, int, int, int);
 /* The wgmma kernel's: attn_kernel_fn's arguments, then the merge's tile counters (NULL: the
  * merge kernel runs after it) and the merge control's flag. */
 typedef void (*wg_kernel_fn)(const invar_cuda_attn_item *, const uint16_t *, const uint16_t *, const uint16_t *,
                              const int32_t *, const int32_t *, const int32_t *, uint16_t *, float *, int, int, int,
-                             float, const int32_t *, int32_t *, int, int);
+                             float, const int32_t *, int32_t *, int);
 
 template <int NWG, int ST, bool RUN> static wg_kernel_fn wg_pick(int hd, bool pv128)
 {
@@ -408,7 +408,7 @@ template <int NWG, int ST, bool RUN> static wg_kernel_fn wg_pick(int hd, bool pv
 typedef void (*ws_kernel_fn)(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                              const invar_cuda_attn_item *, int, const uint16_t *, const uint16_t *,
                              const uint16_t *, const int32_t *, const int32_t *, const int32_t *, uint16_t *,
-                             float *, int, int, int, float, const int32_t *, int, int);
+                             float *, int, int, int, float, const int32_t *, int);
 
 template <int NWG, int ST, bool PP> static ws_kernel_fn ws_pick(int hd, bool pv128)
 {
@@ -468,12 +468,10 @@ static int launch_ws(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, const
         gx = gx < per_head ? gx : per_head;
     }
     dim3 grid(gx, a->n_kv_heads);
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ATTN, kern, grid, dim3(one ? 256 : 384), smem, tmk, tmv, a->items, a->grid, q,
-                                       k_cache, v_cache, a->block_table, a->ctx_len, a->tok_pbase, out,
-                                       a->split ? a->ws : NULL, a->n_heads, a->n_kv_heads, a->max_pages, scale,
-                                       a->counts, ctx->testing_fold_by_rows),
-                            "attention launch");
+    kern<<<grid, one ? 256 : 384, smem, ctx->stream>>>(tmk, tmv, a->items, a->grid, q, k_cache, v_cache, a->block_table,
+                                           a->ctx_len, a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                           a->n_kv_heads, a->max_pages, scale, a->counts, ctx->testing_fold_by_rows);
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention launch");
 }
 
 /* The merge control (testing only): the fold runs last split first in launches of an odd
@@ -491,10 +489,9 @@ static int launch_merge(invar_cuda_ctx *ctx, const invar_cuda_attn_launch *a, ui
     attn_merge_fn merge = a->head_dim == 128 ? (narrow ? attn_merge_kernel_hd128<1> : attn_merge_kernel_hd128<4>)
                                              : (narrow ? attn_merge_kernel_hd64<1> : attn_merge_kernel_hd64<2>);
     const size_t warps = narrow ? rows * (a->head_dim / 32) : rows;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_MERGE, merge, dim3((unsigned)((warps * 32 + 127) / 128)), dim3(128), 0, a->ws,
-                                       a->tok_pos, a->tok_pbase, out, a->n_tokens, a->n_heads, merge_reverse(ctx, a)),
-                            "attention merge launch");
+    merge<<<(unsigned)((warps * 32 + 127) / 128), 128, 0, ctx->stream>>>(a->ws, a->tok_pos, a->tok_pbase, out,
+                                                                         a->n_tokens, a->n_heads, merge_reverse(ctx, a));
+    return invar_cuda_check(ctx, cudaGetLastError(), "attention merge launch");
 }
 
 /* The tile counters of the in-kernel merge for a split launch of the wgmma kernel's
@@ -576,18 +573,18 @@ extern "C" int invar_cuda_attention_launch(invar_cuda_ctx *ctx, const invar_cuda
     if (a->n_tokens == 0 || a->grid == 0) return 0;
     dim3 grid(a->grid, a->n_kv_heads);
     int32_t *done = NULL;
-    cudaError_t st;
     if (kern) {
-        st = pdl_launch(ctx, PDL_ATTN, kern, grid, dim3(threads), smem, a->items, q, k_cache, v_cache, a->block_table,
-                        a->ctx_len, a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads, a->n_kv_heads,
-                        a->max_pages, scale, a->counts);
+        kern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                                  a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                                  a->n_kv_heads, a->max_pages, scale, a->counts);
     } else {
         done = merge_counters(ctx, a);
-        st = pdl_launch(ctx, PDL_ATTN, wkern, grid, dim3(threads), smem, a->items, q, k_cache, v_cache, a->block_table,
-                        a->ctx_len, a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads, a->n_kv_heads,
-                        a->max_pages, scale, a->counts, done, merge_reverse(ctx, a));
+        wkern<<<grid, threads, smem, ctx->stream>>>(a->items, q, k_cache, v_cache, a->block_table, a->ctx_len,
+                                                   a->tok_pbase, out, a->split ? a->ws : NULL, a->n_heads,
+                                                   a->n_kv_heads, a->max_pages, scale, a->counts, done,
+                                                   merge_reverse(ctx, a));
     }
-    if (invar_cuda_check(ctx, st, "attention launch")) return INVAR_CUDA_ECUDA;
+    if (invar_cuda_check(ctx, cudaGetLastError(), "attention launch")) return INVAR_CUDA_ECUDA;
     return a->split && !done ? launch_merge(ctx, a, out) : 0;
 }
 

@@ -58,9 +58,8 @@ static __device__ __forceinline__ void AT(merge_row)(const float *base, size_t s
 template <int NPL>
 __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_t *__restrict__ tok_pos,
                                   const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
-                                  int n_tokens, int n_heads, int reverse, int pdl)
+                                  int n_tokens, int n_heads, int reverse)
 {
-    pdl_enter(pdl);
     constexpr int WPR = HD / 32 / NPL; /* warps per row */
     const int gw = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (gw >= n_tokens * n_heads * WPR) return;
@@ -72,9 +71,8 @@ __global__ void AT(attn_merge_kernel)(const float *__restrict__ ws, const int32_
 
 __global__ void AT(kv_write_kernel)(const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
                                 uint16_t *__restrict__ kc, uint16_t *__restrict__ vc,
-                                const int32_t *__restrict__ slot, int n_kv, size_t nvec, int pdl)
+                                const int32_t *__restrict__ slot, int n_kv, size_t nvec)
 {
-    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nvec) return;
     int per_tok = n_kv * HD / 8;

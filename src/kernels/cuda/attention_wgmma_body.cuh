@@ -529,9 +529,8 @@ AT(wg_attn_kernel)(const invar_cuda_attn_item *__restrict__ items, const uint16_
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale,
-            const int32_t *__restrict__ counts, int32_t *done, int reverse, int pdl)
+            const int32_t *__restrict__ counts, int32_t *done, int reverse)
 {
-    pdl_enter(pdl);
     if (!counts) {
         AT(wg_item_run)<NWG, ST, RUN, PV128>(items[gridDim.x - 1 - blockIdx.x], q, kc, vc, block_table, ctx_len, tok_pbase, out,
                              ws, n_heads, n_kv, max_pages, scale, done, reverse);

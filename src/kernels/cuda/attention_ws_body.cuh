@@ -32,7 +32,7 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
             const int32_t *__restrict__ block_table, const int32_t *__restrict__ ctx_len,
             const int32_t *__restrict__ tok_pbase, uint16_t *__restrict__ out,
             float *__restrict__ ws, int n_heads, int n_kv, int max_pages, float scale,
-            const int32_t *__restrict__ counts, int fold_ctl, int pdl)
+            const int32_t *__restrict__ counts, int fold_ctl)
 {
     constexpr int NT = 128 * NWG, MR = 64 * NWG;
     static_assert(ST >= 2, "one stage filled while one is read");
@@ -56,7 +56,6 @@ AT(ws_attn_kernel)(const __grid_constant__ CUtensorMap tmk, const __grid_constan
         tma_prefetch_desc(&tmv);
     }
     __syncthreads();
-    pdl_enter(pdl); /* the barriers and descriptors above touch no global memory */
     /* counts == NULL: n_items items, CTA x runs x, x + grid, ... counted from the last (the
      * longest come first). Else counts = {n_items, max_pages} on the device (graphs). */
     const int ni = counts ? __ldg(counts) : n_items;

@@ -74,10 +74,6 @@ extern "C" int invar_cuda_init(invar_cuda_ctx **out, int device)
     /* INVAR_CUDA_ATTN_PV=64: P V of head_dim 128 as two m64n64k16 per k16 step (other bits). */
     const char *pv = getenv("INVAR_CUDA_ATTN_PV");
     ctx->attn_pv128 = !(pv && strcmp(pv, "64") == 0);
-    /* Speed only (same bits): INVAR_CUDA_PDL, a mask of the non-GEMM kernel classes launched
-     * with programmatic dependent launch (pdl.cuh); unset: INVAR_CUDA_PDL_DEFAULT. */
-    const char *pdl = getenv("INVAR_CUDA_PDL");
-    ctx->pdl = pdl ? (int)strtol(pdl, NULL, 0) : INVAR_CUDA_PDL_DEFAULT;
     cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,

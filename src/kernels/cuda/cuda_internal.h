@@ -35,16 +35,12 @@ struct invar_cuda_ctx {
     int attn_decode_ring;       /* 4 (default): every decode launch on the TMA kernel (persistent), 5: on
                                  * its one-consumer variant (5 stages); 0: the wgmma kernel's cp.async
                                  * rings (2 CTAs/SM); 6: its split ones with 6 stages, 1 CTA/SM */
-    int pdl;                    /* kernel classes launched with PDL (pdl.cuh), INVAR_CUDA_PDL */
     int attn_merge_kernel;      /* split launches' merge: 0 last CTA, 1 merge kernel, 2 by context */
     int32_t *attn_done;         /* the in-kernel merge's tile counters, zero between launches */
     float *attn_ws;             /* split-KV partials */
     size_t attn_ws_bytes;
     char err[256];
 };
-
-/* INVAR_CUDA_PDL when unset (pdl.cuh's classes). */
-#define INVAR_CUDA_PDL_DEFAULT 0
 
 /* Tile counters of the in-kernel attention merge (one per first token and KV head of a
  * launch; larger launches use the merge kernel): 512 KB. */

@@ -9,7 +9,6 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/pdl.cuh"
 
 #define PREP_WARPS 8
 #define PREP_HD_MAX 128
@@ -24,9 +23,8 @@ qkv_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ bias,
                 const float *__restrict__ q_norm, const float *__restrict__ k_norm, float eps,
                 const float *__restrict__ rope_cs, const int32_t *__restrict__ pos, int n_rot, int neox,
                 uint16_t *__restrict__ q_out, uint16_t *__restrict__ k_cache, uint16_t *__restrict__ v_cache,
-                const int32_t *__restrict__ slot, int H, int Hkv, int hd, int pdl)
+                const int32_t *__restrict__ slot, int H, int Hkv, int hd)
 {
-    pdl_enter(pdl);
     __shared__ float buf[PREP_WARPS][PREP_HD_MAX];
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int width = (H + 2 * Hkv) * hd;
@@ -83,9 +81,8 @@ extern "C" int invar_cuda_qkv_prep(invar_cuda_ctx *ctx, const float *qkv, int T,
         n_rot > head_dim || n_rot % 2)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "qkv_prep: bad shape (head_dim %d, n_rot %d)", head_dim, n_rot);
     if (T == 0) return 0;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_QKV, qkv_prep_kernel, dim3(T), dim3(PREP_WARPS * 32), 0, qkv, bias, q_norm,
-                                       k_norm, eps, rope_cs, pos, n_rot, neox, q_out, k_cache, v_cache, slot,
-                                       n_heads, n_kv_heads, head_dim),
-                            "qkv_prep launch");
+    qkv_prep_kernel<<<T, PREP_WARPS * 32, 0, ctx->stream>>>(qkv, bias, q_norm, k_norm, eps, rope_cs, pos, n_rot,
+                                                            neox, q_out, k_cache, v_cache, slot, n_heads,
+                                                            n_kv_heads, head_dim);
+    return invar_cuda_check(ctx, cudaGetLastError(), "qkv_prep launch");
 }

@@ -5,7 +5,6 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/pdl.cuh"
 
 #define NORM_THREADS 256
 #define NORM_MAX_VEC 4      /* D <= NORM_THREADS * 8 * NORM_MAX_VEC = 8192 */
@@ -118,9 +117,8 @@ static __device__ struct ms block_ms(struct ms v, float *sh)
 /* ---- RMSNorm with fused residual add ---- */
 __global__ void __launch_bounds__(NORM_THREADS)
 rmsnorm_kernel(const uint16_t *__restrict__ x, uint16_t *__restrict__ res,
-               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps, int reverse, int pdl)
+               const uint16_t *__restrict__ w, uint16_t *__restrict__ y, int D, float eps, int reverse)
 {
-    pdl_enter(pdl);
     __shared__ float sh[66];
     size_t row = blockIdx.x;
     int nv = D / 8;
@@ -167,17 +165,15 @@ extern "C" int invar_cuda_rmsnorm(invar_cuda_ctx *ctx, const uint16_t *x, uint16
     if (M < 0 || D <= 0 || D % 8 || D > NORM_THREADS * 8 * NORM_MAX_VEC)
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rmsnorm: bad D=%d", D);
     if (M == 0) return 0;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ROWS, rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), 0, x, residual, w, y, D, eps,
-                                       ctx->testing_norm_by_rows && (M & 1)),
-                            "rmsnorm launch");
+    rmsnorm_kernel<<<M, NORM_THREADS, 0, ctx->stream>>>(x, residual, w, y, D, eps,
+                                                         ctx->testing_norm_by_rows && (M & 1));
+    return invar_cuda_check(ctx, cudaGetLastError(), "rmsnorm launch");
 }
 
 /* ---- SiLU(gate) * up ---- */
 __global__ void silu_mul_kernel(const uint16_t *__restrict__ gu, uint16_t *__restrict__ out,
-                                int F, size_t nvec, int pdl)
+                                int F, size_t nvec)
 {
-    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nvec) return;
     size_t fv = (size_t)F / 8;
@@ -201,9 +197,8 @@ extern "C" int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint
     if (M < 0 || F <= 0 || F % 8) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "silu_mul: bad F=%d", F);
     size_t nvec = (size_t)M * F / 8;
     if (!nvec) return 0;
-    return invar_cuda_check(
-        ctx, pdl_launch(ctx, PDL_ROWS, silu_mul_kernel, dim3((unsigned)((nvec + 255) / 256)), dim3(256), 0, gu, out, F, nvec),
-        "silu_mul launch");
+    silu_mul_kernel<<<(unsigned)((nvec + 255) / 256), 256, 0, ctx->stream>>>(gu, out, F, nvec);
+    return invar_cuda_check(ctx, cudaGetLastError(), "silu_mul launch");
 }
 
 /* ---- RoPE (rotate-half): a thread takes 8 pairs of one token and turns them in up to
@@ -211,9 +206,8 @@ extern "C" int invar_cuda_silu_mul(invar_cuda_ctx *ctx, const uint16_t *gu, uint
 #define ROPE_HEADS 8
 __global__ void rope_kernel(uint16_t *__restrict__ x, const int32_t *__restrict__ pos,
                             const float *__restrict__ inv_freq, int H, int D, int row_stride,
-                            size_t nwork, int pdl)
+                            size_t nwork)
 {
-    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
     int per_tok = D / 16; /* groups of 8 pairs */
@@ -259,17 +253,15 @@ extern "C" int invar_cuda_rope(invar_cuda_ctx *ctx, uint16_t *x, const int32_t *
         return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "rope: bad shape H=%d D=%d", H, D);
     size_t nwork = (size_t)M * ((H + ROPE_HEADS - 1) / ROPE_HEADS) * (D / 16);
     if (!nwork) return 0;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ROWS, rope_kernel, dim3((unsigned)((nwork + 127) / 128)), dim3(128), 0, x, pos,
-                                       inv_freq, H, D, row_stride, nwork),
-                            "rope launch");
+    rope_kernel<<<(unsigned)((nwork + 127) / 128), 128, 0, ctx->stream>>>(x, pos, inv_freq, H, D,
+                                                                         row_stride, nwork);
+    return invar_cuda_check(ctx, cudaGetLastError(), "rope launch");
 }
 
 /* ---- embedding gather: 4 x 16 bytes per thread, loads before stores ---- */
 __global__ void embed_kernel(const uint16_t *__restrict__ table, const int32_t *__restrict__ ids,
-                             uint16_t *__restrict__ out, int D, int V, size_t nwork, int pdl)
+                             uint16_t *__restrict__ out, int D, int V, size_t nwork)
 {
-    pdl_enter(pdl);
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwork) return;
     int per_row = D / 32; /* 4 vectors of 8 per thread */
@@ -291,10 +283,8 @@ extern "C" int invar_cuda_embed(invar_cuda_ctx *ctx, const uint16_t *table, cons
     if (M < 0 || D <= 0 || D % 32) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "embed: bad D=%d", D);
     size_t nwork = (size_t)M * D / 32;
     if (!nwork) return 0;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ROWS, embed_kernel, dim3((unsigned)((nwork + 255) / 256)), dim3(256), 0, table,
-                                       ids, out, D, V, nwork),
-                            "embed launch");
+    embed_kernel<<<(unsigned)((nwork + 255) / 256), 256, 0, ctx->stream>>>(table, ids, out, D, V, nwork);
+    return invar_cuda_check(ctx, cudaGetLastError(), "embed launch");
 }
 
 /* ---- log-softmax over the vocabulary ----
@@ -324,9 +314,8 @@ static __device__ struct ms row_ms(const float *x, int V, float *sh)
 }
 
 __global__ void __launch_bounds__(VOCAB_THREADS)
-log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V, int pdl)
+log_softmax_kernel(const float *__restrict__ logits, float *__restrict__ logp, int M, int V)
 {
-    pdl_enter(pdl);
     __shared__ float sh[66];
     for (int row = blockIdx.x; row < M; row += gridDim.x) {
         const float *x = logits + (size_t)row * V;
@@ -356,9 +345,8 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
     if (M < 0 || V <= 0 || V % 4) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "log_softmax: bad V=%d", V);
     if (M == 0) return 0;
     int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ROWS, log_softmax_kernel, dim3(grid), dim3(VOCAB_THREADS), 0, logits, logp, M, V),
-                            "log_softmax launch");
+    log_softmax_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, logp, M, V);
+    return invar_cuda_check(ctx, cudaGetLastError(), "log_softmax launch");
 }
 
 /* ---- row statistics for the engine's sampler ----
@@ -368,9 +356,8 @@ extern "C" int invar_cuda_log_softmax(invar_cuda_ctx *ctx, const float *logits, 
  * engine reports on the GPU is logit - this lse, one fp32 subtraction. */
 __global__ void __launch_bounds__(VOCAB_THREADS)
 row_stats_kernel(const float *__restrict__ logits, int ld, int V, int M, const int32_t *__restrict__ tok_in,
-                 int32_t *__restrict__ argmax, float *__restrict__ lse_out, float *__restrict__ logprob, int pdl)
+                 int32_t *__restrict__ argmax, float *__restrict__ lse_out, float *__restrict__ logprob)
 {
-    pdl_enter(pdl);
     __shared__ float sh[66];
     __shared__ int best;
     for (int row = blockIdx.x; row < M; row += gridDim.x) {
@@ -405,8 +392,6 @@ extern "C" int invar_cuda_row_stats(invar_cuda_ctx *ctx, const float *logits, in
     if (M < 0 || V <= 0 || ld < V) return invar_cuda_fail(ctx, INVAR_CUDA_EARG, "row_stats: bad V=%d ld=%d", V, ld);
     if (M == 0) return 0;
     int grid = M < 2 * ctx->sm_count ? M : 2 * ctx->sm_count;
-    return invar_cuda_check(ctx,
-                            pdl_launch(ctx, PDL_ROWS, row_stats_kernel, dim3(grid), dim3(VOCAB_THREADS), 0, logits, ld, V, M,
-                                       tok_in, argmax, lse, logprob),
-                            "row_stats launch");
+    row_stats_kernel<<<grid, VOCAB_THREADS, 0, ctx->stream>>>(logits, ld, V, M, tok_in, argmax, lse, logprob);
+    return invar_cuda_check(ctx, cudaGetLastError(), "row_stats launch");
 }
