@@ -2,8 +2,10 @@
  * Llama-3-8B shapes, row kernels, paged attention. Times are medians of CUDA-event timings
  * with the L2 flushed (a 512 MiB memset) before every repetition; inputs random.
  * Usage: bench_cuda OUT.json [narrow] [gemm] [wide] [rows] [attn]   (no section names = all) */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 #include "bench_cuda.h"
 
 static invar_cuda_ctx *ctx;
@@ -124,7 +126,11 @@ static void bench_gemm(FILE *js)
     void *dC = g0.c;
     double logsum = 0;
     int npts = 0, below09 = 0;
-    printf("== GEMM bf16 (us; TF = TFLOP/s; wTB = weight bytes / time) ==\n");
+    /* BENCH_GEMM_PAUSE_MS: the GPU idles that long before each point (do a point's times
+     * depend on the heavy products timed just before it, through clocks or power?). */
+    const char *pause_env = getenv("BENCH_GEMM_PAUSE_MS");
+    const long pause_ms = pause_env ? atol(pause_env) : 0;
+    printf("== GEMM bf16 (us; TF = TFLOP/s; wTB = weight bytes / time)%s ==\n", pause_ms ? ", idle pause before each point" : "");
     printf("     N      K     M |  cuBLAS us     TF   wTB |   invar us     TF   wTB | ratio | plan\n");
     fprintf(js, "\"gemm\": [\n");
     for (int s = 0; s < 5; s++)
@@ -132,6 +138,11 @@ static void bench_gemm(FILE *js)
             int N = NK[s][0], K = NK[s][1], M = Ms[m];
             struct gemm_arg g = {dA, dW, dC, M, N, K, 1, 0};
             int reps = (double)M * N * K > 1e12 ? 10 : 30;
+            if (pause_ms > 0) {
+                CK(cudaDeviceSynchronize());
+                struct timespec ts = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+            }
             double tc = bench_time_ms(run_gemm, &g, reps);
             g.cublas = 0;
             double ti = bench_time_ms(run_gemm, &g, reps);

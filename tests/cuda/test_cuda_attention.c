@@ -34,6 +34,10 @@ static const int L_RACE[NSEQ] = {1, 17, 64, 129, 257, 300, SP + 44};
 static const int L_TINY[NSEQ] = {1, 3, 17, 64, 130, 300, SP + 44};
 _Static_assert(600 > SP && SP % 64 == 0, "every length set crosses a split boundary");
 static int race_mode, tiny_mode, short_mode; /* short_mode: any of the short-sequence modes */
+/* INVAR_CUDA_TEST_TAIL=1: after the canonical prefill, only tail_decode's one-token steps (on
+ * whatever decode kernel is the default): the racecheck run of the decode path, which the
+ * full modes' one-token-per-step walks make too long under the sanitizer. */
+static int tail_mode;
 
 static int failures;
 static invar_cuda_ctx *ctx;
@@ -158,6 +162,26 @@ static void tma_steps(const int *steps, int ring, const char *kernel, void (*ctr
     compare_want(got, name, short_mode ? -1 : 0);
     ctrl(ctx, 0);
     invar_cuda_testing_attn_decode_ring(ctx, rw);
+}
+
+/* The last TAIL tokens of every sequence decoded one token a step, every sequence in each
+ * step's batch, on top of its cached prefix; the other rows keep the canonical output, and
+ * run_batch fills each launch's output with NaN first, so every compared decoded row is new. */
+#define TAIL 6
+static void tail_decode(int force_split, const char *name, uint16_t **got)
+{
+    for (int s = 0; s < NSEQ; s++) memcpy(got[s], canon[s], (size_t)L[s] * ROW * 2);
+    for (int k = TAIL; k >= 1; k--) {
+        struct seg sg[NSEQ];
+        int n = 0;
+        for (int s = 0; s < NSEQ; s++)
+            if (L[s] >= k) {
+                struct seg x = {s, L[s] - k, L[s] - k + 1};
+                sg[n++] = x;
+            }
+        run_batch(sg, n, force_split, got);
+    }
+    compare(got, name);
 }
 
 /* fp64 attention of token t of sequence s, head h, into o[HDIM]. */
@@ -291,6 +315,12 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         all[s] = x;
     }
     run_batch(all, NSEQ, 0, canon);
+    if (tail_mode) {
+        tail_decode(-1, "tail decode, one token a step, plan's split", got);
+        tail_decode(1, "tail decode, one token a step, forced split", got);
+        tail_decode(0, "tail decode, one token a step, no split", got);
+        goto done;
+    }
 
     /* The previous (mma.sync) kernel on the same batch: its accuracy is reported only, so a
      * failure of the default kernel's check below shows whether the data or the kernel is off. */
@@ -463,6 +493,7 @@ static void run_config(int n_q_heads, int n_kv_heads, int head_dim)
         printf("(%d cached) ", pre);
         compare(got, "prefix-cache hit, rest prefilled");
     }
+done:
     CK(cudaFree(kc));
     CK(cudaFree(vc));
     for (int s = 0; s < NSEQ; s++) {
@@ -535,6 +566,7 @@ int main(void)
     const char *small = getenv("INVAR_CUDA_TEST_SMALL"), *tiny = getenv("INVAR_CUDA_TEST_TINY");
     const char *hd = getenv("INVAR_CUDA_TEST_HD");
     race_mode = small && strcmp(small, "2") == 0;
+    tail_mode = getenv("INVAR_CUDA_TEST_TAIL") != NULL;
     short_mode = small != NULL || tiny != NULL;
     tiny_mode = tiny && strcmp(tiny, "0") != 0;
     memcpy(L, tiny_mode ? L_TINY : small ? (race_mode ? L_RACE : L_SMALL) : L_FULL, sizeof L);
