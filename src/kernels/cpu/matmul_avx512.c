@@ -605,6 +605,8 @@ void mm_quantize_panel_avx512(const mm_kernel *kt, const float *x, int64_t ldx, 
                 const int32_t aux2 = MM_PANEL_MAGIC + offset * s1;
                 aux = MM_PANEL_MAGIC + offset * s0;
                 memcpy(blk + 40 * R + 4 * r, &aux2, 4);
+            } else if (kind == MM_PANEL_WHOLE) {
+                aux = MM_PANEL_MAGIC + offset * (s0 + s1);
             } else {
                 aux = offset * (s0 + s1);
             }

@@ -49,6 +49,14 @@ AI void panel_half_chains(const __m512i *Q, const uint8_t *xb, const int R, cons
     }
 }
 
+/* The whole-block dot chains of rows [r0, r1) (MM_PANEL_WHOLE: row r's chain starts at its
+ * aux) against Q[0..7]. P: at least r1 entries. */
+AI void panel_whole_chains(const __m512i *Q, const uint8_t *xb, const int R, const int r0, const int r1,
+                           __m512i *P) {
+    UNROLL for (int r = r0; r < r1; r++) P[r] = bcasti(xb + 36 * R + 4 * r);
+    UNROLL for (int t = 0; t < 8; t++) UNROLL for (int r = r0; r < r1; r++) P[r] = dpm(P[r], Q[t], xb + 32 * r + 4 * t);
+}
+
 /* Software prefetch of the weight stream, this far ahead: one core's hardware
  * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
 #ifndef PF_DIST

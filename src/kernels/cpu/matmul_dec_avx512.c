@@ -12,19 +12,21 @@
  * Same bits as the decoded factor of matmul_internal.h (k_decoded, mm_unit_decoded):
  *     isum = s0 * lo + s1 * hi (ONE: s0 * (lo + hi)),  imin = m0 * xs0 + m1 * xs1
  *     f = fma(-dmin, (float)imin, d * (float)isum),  acc = fma(dx, f, acc)
- * with lo, hi the exact dots of the two 16-element halves. The panels are MM_PANEL_HALVES
- * with offset -128: the two chains start at MAGIC - 128 * xs0 and MAGIC - 128 * xs1, so a
- * finished chain read as a float is X = M + lo (Y = M + hi) exactly (M = 1.5 * 2^23 and
- * |lo| <= 16 * 128 * 127 < 2^22), the Q6_K scheme of matmul_kq_avx512.c. Then, every step
- * exact, so (float)isum and (float)imin are the reference's values:
+ * with lo, hi the exact dots of the two 16-element halves. The panels carry the offset -128:
+ * for two scales a block (MM_PANEL_HALVES) the two chains start at MAGIC - 128 * xs0 and
+ * MAGIC - 128 * xs1, so a finished chain read as a float is X = M + lo (Y = M + hi) exactly
+ * (M = 1.5 * 2^23 and |lo| <= 16 * 128 * 127 < 2^22), the Q6_K scheme of
+ * matmul_kq_avx512.c; for the ONE types (MM_PANEL_WHOLE) one chain over the whole block
+ * starts at MAGIC - 128 * (xs0 + xs1) and ends at X = M + lo + hi (|lo + hi| < 2^22: still
+ * in M's binade; the integer sum is exact whatever the order). Then, every step exact, so
+ * (float)isum and (float)imin are the reference's values:
  *   - two scales: s0 * lo = fma(s0, X, -s0 * M) (|s0 * lo| <= 32 * 16 * 127 * 4 < 2^24 for
  *     Q3_K, smaller for Q2_K) and (float)isum = fma(s1, Y - M, s0 * lo);
- *   - ONE: X + (Y - M) = M + lo + hi (|lo + hi| < 2^22: still in M's binade), and
- *     (float)isum = fma(s0, X + (Y - M), -s0 * M), exact while |isum| < 2^24, which the
+ *   - ONE: (float)isum = fma(s0, X, -s0 * M), exact while |isum| < 2^24, which the
  *     largest case, IQ4_XS (|s| <= 32, |q|, |x| <= 127), keeps: 32 * 32 * 127^2 < 2^24;
  *   - imin (Q2_K, Q5_1): A0 = M - (aux as a float) = 128 * xs0 exactly, and with the
  *     stored m0 / 128 (exact), (float)imin = fma(m0/128, A0, fma(m1/128, A1, +0)) (ONE:
- *     fma(m0/128, A0 + A1, +0)).
+ *     A = M - aux = 128 * (xs0 + xs1), fma(m0/128, A, +0)).
  * Zeros: an exact zero comes out +0 at every step (x + -x and +0 + -0 are +0 in round-to-
  * nearest, and each sum of products ends in a +0 term), as (float) of the integer 0 does,
  * so even the sign of a zero factor is the reference's. Every row of a panel gets the same
@@ -108,18 +110,21 @@ AI void dec_rows(const uint8_t *u, const __m512i *Q, const uint8_t *xb, const in
     const __m512 magic = _mm512_castsi512_ps(_mm512_set1_epi32(MM_PANEL_MAGIC));
     const __m512 s0 = ldf(u + DU_S0), ns0m = _mm512_mul_ps(s0, _mm512_set1_ps(-12582912.0f)); /* -s0 * M, exact */
     __m512i PL[MM_PR], PH[MM_PR];
-    panel_half_chains(Q, xb, R, r0, r1, PL, PH);
+    if (ONE) panel_whole_chains(Q, xb, R, r0, r1, PL);
+    else panel_half_chains(Q, xb, R, r0, r1, PL, PH);
     UNROLL for (int r = r0; r < r1; r++) {
-        const __m512 X = _mm512_castsi512_ps(PL[r]), hi = _mm512_sub_ps(_mm512_castsi512_ps(PH[r]), magic);
-        const __m512 isum = ONE ? _mm512_fmadd_ps(s0, _mm512_add_ps(X, hi), ns0m)
-                                : _mm512_fmadd_ps(ldf(u + DU_S1), hi, _mm512_fmadd_ps(s0, X, ns0m));
+        const __m512 X = _mm512_castsi512_ps(PL[r]);
+        const __m512 isum = ONE ? _mm512_fmadd_ps(s0, X, ns0m)
+                                : _mm512_fmadd_ps(ldf(u + DU_S1), _mm512_sub_ps(_mm512_castsi512_ps(PH[r]), magic),
+                                                  _mm512_fmadd_ps(s0, X, ns0m));
         __m512 f = _mm512_mul_ps(ldf(u + DU_D), isum);
         if (!NOMIN) {
-            const __m512 A0 = _mm512_sub_ps(magic, bcastf(xb + 36 * R + 4 * r));
-            const __m512 A1 = _mm512_sub_ps(magic, bcastf(xb + 40 * R + 4 * r));
             const __m512 zero = _mm512_setzero_ps();
-            const __m512 imin = ONE ? _mm512_fmadd_ps(ldf(u + DU_M0), _mm512_add_ps(A0, A1), zero)
-                                    : _mm512_fmadd_ps(ldf(u + DU_M0), A0, _mm512_fmadd_ps(ldf(u + DU_M1), A1, zero));
+            const __m512 A0 = _mm512_sub_ps(magic, bcastf(xb + 36 * R + 4 * r));
+            const __m512 imin = ONE ? _mm512_fmadd_ps(ldf(u + DU_M0), A0, zero)
+                                    : _mm512_fmadd_ps(ldf(u + DU_M0), A0,
+                                                      _mm512_fmadd_ps(ldf(u + DU_M1),
+                                                                      _mm512_sub_ps(magic, bcastf(xb + 40 * R + 4 * r)), zero));
             f = _mm512_fnmadd_ps(ldf(u + DU_DMIN), imin, f);
         }
         acc[r] = _mm512_fmadd_ps(bcastf(xb + 32 * R + 4 * r), f, acc[r]);
@@ -127,7 +132,8 @@ AI void dec_rows(const uint8_t *u, const __m512i *Q, const uint8_t *xb, const in
 }
 
 /* One tile: rows [i0, i0 + R) x group g over the nbc unpacked blocks of U, which start at
- * block b0. Four rows at a time: eight rows' sixteen chains would not fit the registers. */
+ * block b0. Two scales a block: four rows at a time (eight rows' sixteen chains would not
+ * fit the registers); ONE: all rows at once, one chain each. */
 AI void dec_tile(const mm_args *a, const uint8_t *U, int64_t i0, int64_t g, int64_t b0, int64_t nbc, const int R,
                  const int ONE, const int NOMIN) {
     const int64_t nb = a->xq.nb;
@@ -143,8 +149,12 @@ AI void dec_tile(const mm_args *a, const uint8_t *U, int64_t i0, int64_t g, int6
         const uint8_t *u = U + b * DUREC, *xb = xp + (size_t)b * (size_t)R * pb;
         __m512i Q[8];
         UNROLL for (int t = 0; t < 8; t++) Q[t] = _mm512_load_si512((const void *)(u + 64 * t));
-        dec_rows(u, Q, xb, R, 0, R < 4 ? R : 4, acc, ONE, NOMIN);
-        if (R > 4) dec_rows(u, Q, xb, R, 4, R, acc, ONE, NOMIN);
+        if (ONE) {
+            dec_rows(u, Q, xb, R, 0, R, acc, ONE, NOMIN);
+        } else {
+            dec_rows(u, Q, xb, R, 0, R < 4 ? R : 4, acc, ONE, NOMIN);
+            if (R > 4) dec_rows(u, Q, xb, R, 4, R, acc, ONE, NOMIN);
+        }
     }
     UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * a->ldy, cm, acc[r]);
 }

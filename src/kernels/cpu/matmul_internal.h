@@ -156,9 +156,10 @@ typedef struct {
  *     q[R][32] int8  |  d[R] float  |  aux[R]  (4 bytes each)  [| aux2[R]]
  * with aux the type's row-only block constant, exact: Q4_0 int32 -8*sum(q),
  * Q8_0 int32 -128*sum(q), Q4_1, Q4_K, Q5_K float (float)sum(q); Q6_K and the decoded
- * types (MM_PANEL_HALVES) int32 MM_PANEL_MAGIC + panel_offset * sum(q[0..15]) (offset
- * -32 and -128) and aux2 the same of q[16..31] (the start of a dot chain whose int32
- * result, read as a float, is 1.5 * 2^23 + the exact dot). The R rows of a block sit side
+ * types with two scales a block (MM_PANEL_HALVES) int32 MM_PANEL_MAGIC + panel_offset *
+ * sum(q[0..15]) (offset -32 and -128) and aux2 the same of q[16..31] (the start of a dot
+ * chain whose int32 result, read as a float, is 1.5 * 2^23 + the exact dot); the decoded
+ * ONE types (MM_PANEL_WHOLE) int32 MM_PANEL_MAGIC - 128 * sum(q), one chain a block. The R rows of a block sit side
  * by side, so a kernel addresses any row of the panel at a constant offset from one
  * pointer. PB = 40: the size of the row layout of mm_xq (k + 8 bytes per block); 44 with
  * aux2 (cpu_matmul_scratch_bytes leaves room for it). */
@@ -229,6 +230,8 @@ typedef enum {
     MM_PANEL_OFFSET, /* int32 panel_offset * sum(q): the weights' offset, folded into the dot */
     MM_PANEL_SUM,    /* float (float)sum(q): multiplies the weight block's minimum */
     MM_PANEL_HALVES, /* MM_PANEL_MAGIC + panel_offset * sum of each 16-element half (aux, aux2) */
+    MM_PANEL_WHOLE,  /* MM_PANEL_MAGIC + panel_offset * sum(q): one chain per block (the
+                      * decoded ONE types, whose two halves share one scale) */
 } mm_panel_kind;
 
 #define MM_N_ISA 3 /* cpu_isa values: scalar, AVX2, AVX-512 */
@@ -238,7 +241,7 @@ typedef struct mm_kernel {
     int quantised;         /* int8 activation blocks; else one float FMA chain per output */
     size_t rec_bytes;      /* packed record: per weight unit (quantised) or per k (float) */
     mm_panel_kind panel;
-    int panel_offset;      /* MM_PANEL_OFFSET and MM_PANEL_HALVES */
+    int panel_offset;      /* MM_PANEL_OFFSET, MM_PANEL_HALVES and MM_PANEL_WHOLE */
     int panel_min_m;       /* panels only for calls of at least this many rows (0: all) */
     mm_pack_fn pack;       /* quantised only (float types are transposed generically) */
     mm_unit_fn unit;       /* quantised only: the reference sequence (split-K control) */

@@ -31,9 +31,11 @@ static const mm_kernel k_kernels[QUANT_TYPE_END] = {
     QUANT(Q5_K, q5_K, MM_REC_Q5_K, .panel = MM_PANEL_SUM, .panel_min_m = 2),
     QUANT(Q6_K, q6_K, MM_REC_Q6_K, .panel = MM_PANEL_HALVES, .panel_offset = -32, .panel_min_m = 2),
     /* The decoded types share one record layout and kernel per form and unit size; panels
-     * from 2 rows, as the K-quants, their bytes carrying the offset 128 per half. */
-#define DECODED(t, T, UE, NIB, ONE, NOMIN) \
-    QUANT(T, t, MM_REC_DECODED(UE, NIB, ONE, NOMIN), .panel = MM_PANEL_HALVES, .panel_offset = -128, .panel_min_m = 2),
+     * from 2 rows, as the K-quants, their bytes carrying the offset 128 (per half where the
+     * halves have their own scales, per block for the ONE types). */
+#define DECODED(t, T, UE, NIB, ONE, NOMIN)                                                        \
+    QUANT(T, t, MM_REC_DECODED(UE, NIB, ONE, NOMIN), .panel = (ONE) ? MM_PANEL_WHOLE : MM_PANEL_HALVES, \
+          .panel_offset = -128, .panel_min_m = 2),
     MM_DECODED(DECODED)
 #undef DECODED
 };
