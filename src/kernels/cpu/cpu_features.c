@@ -84,6 +84,39 @@ cpu_isa cpu_isa_set(cpu_isa isa) {
     return a;
 }
 
+static int is_amd(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+}
+
+static atomic_int g_kq_pf = -1; /* 2 bits per cpu_kq */
+
+static int kq_prefetch_profile(void) {
+    const int amd = is_amd();
+    int p = amd ? (0 | CPU_PF_SPREAD << 2 | 0 << 4) : (CPU_PF_ROW | CPU_PF_ROW << 2 | (CPU_PF_ROW | CPU_PF_SPREAD) << 4);
+    const char *e = getenv("INVAR_KQ_PREFETCH");
+    if (e && *e && strcmp(e, "auto") != 0) {
+        int all = -1;
+        if (!strcmp(e, "none")) all = 0;
+        else if (!strcmp(e, "row")) all = CPU_PF_ROW;
+        else if (!strcmp(e, "spread")) all = CPU_PF_SPREAD;
+        else if (!strcmp(e, "both")) all = CPU_PF_ROW | CPU_PF_SPREAD;
+        else fprintf(stderr, "invar: ignoring unknown INVAR_KQ_PREFETCH=%s (use auto|row|spread|both|none)\n", e);
+        if (all >= 0) p = all | all << 2 | all << 4;
+    }
+    return p;
+}
+
+int cpu_kq_prefetch(cpu_kq type) {
+    int p = atomic_load_explicit(&g_kq_pf, memory_order_relaxed);
+    if (p < 0) {
+        p = kq_prefetch_profile(); /* racing first calls compute the same value */
+        atomic_store_explicit(&g_kq_pf, p, memory_order_relaxed);
+    }
+    return (p >> (2 * (int)type)) & 3;
+}
+
 const char *cpu_isa_name(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return "scalar";

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "formats/quant.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_avx512_ops.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -77,11 +78,13 @@ AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
     const int RB = Q5 ? MM_REC_Q5_K : MM_REC_Q4_K;
+    const int pf = cpu_kq_prefetch(Q5 ? CPU_KQ_Q5_K : CPU_KQ_Q4_K);
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * RB, *ahead = rec + nu * RB;
         const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
         UNROLL for (int c = 0; c < 4; c++) {
-            PF_ROW(ahead, RB, c, 4);
+            if (pf & CPU_PF_ROW) PF_ROW(ahead, RB, c, 4);
+            if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, RB, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             __m512i p0[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, p1[2] = {p0[0], p0[0]};
@@ -117,6 +120,7 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const int64_t nu = X.nb / 8;
+    const int pf = cpu_kq_prefetch(CPU_KQ_Q6_K);
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K, *ahead = rec + nu * MM_REC_Q6_K;
         UNROLL for (int n = 0; n < 2; n++) {
@@ -124,8 +128,8 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
             __m512i P[2][4]; /* [16-element half][qtr] */
             UNROLL for (int q = 0; q < 4; q++) P[0][q] = P[1][q] = _mm512_setzero_si512();
             UNROLL for (int t = 0; t < 8; t++) {
-                PF_ROW(ahead, MM_REC_Q6_K, 8 * n + t, 16);
-                PF_SPREAD(rec, MM_REC_Q6_K, 8 * n + t, 16);
+                if (pf & CPU_PF_ROW) PF_ROW(ahead, MM_REC_Q6_K, 8 * n + t, 16);
+                if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, MM_REC_Q6_K, 8 * n + t, 16);
                 const __m512i LA = ldw(rec + MM_Q6_QL(16 * n + t)), LB = ldw(rec + MM_Q6_QL(16 * n + 8 + t));
                 const __m512i H = ldw(rec + MM_Q6_QH(8 * n + t));
                 const __m512i q[4] = {
