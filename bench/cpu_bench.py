@@ -137,13 +137,15 @@ def prefill_macs_per_token(path):
     return mm + attn
 
 
-def build_probe(name):
-    """bench/<name>.c compiled into build-bench/ for this machine (-march=native)."""
+def build_probe(name, quiet=False):
+    """bench/<name>.c compiled into build-bench/ for this machine (-march=native); quiet:
+    the compiler's messages kept back (an optional probe the host cannot build)."""
     exe = os.path.join(CACHE, name)
     src = os.path.join(ROOT, "bench", f"{name}.c")
     if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
         os.makedirs(CACHE, exist_ok=True)
-        subprocess.run(["cc", "-O3", "-march=native", "-pthread", src, "-o", exe], check=True)
+        subprocess.run(["cc", "-O3", "-march=native", "-pthread", src, "-o", exe], check=True,
+                       capture_output=quiet)
     return exe
 
 
@@ -159,7 +161,7 @@ def optional_probe(name):
     what it needs: int8_peak AVX-512 VNNI or AVX2; amx_peak AMX-INT8 (reported beside the
     vpdpbusd peak: invar's kernels do not use AMX)."""
     try:
-        exe = build_probe(name)
+        exe = build_probe(name, quiet=True)
         fma_peak(exe, 1, 1)
         return exe
     except (subprocess.CalledProcessError, OSError):

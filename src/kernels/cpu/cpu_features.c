@@ -90,31 +90,36 @@ static int is_amd(void) {
     return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
 }
 
-static atomic_int g_kq_pf = -1; /* 2 bits per cpu_kq */
+static atomic_int g_kq_pf = -1; /* 3 bits per cpu_kq: AVX-512 in bits 0..11, AVX2 in 12..23 */
 
+#define KQ_PF(q4, q5, q6, dec) ((q4) | (q5) << 3 | (q6) << 6 | (dec) << 9)
 static int kq_prefetch_profile(void) {
-    const int amd = is_amd();
-    int p = amd ? (0 | CPU_PF_SPREAD << 2 | 0 << 4) : (CPU_PF_ROW | CPU_PF_ROW << 2 | (CPU_PF_ROW | CPU_PF_SPREAD) << 4);
+    const int amd = is_amd(), B = CPU_PF_BURST, R = CPU_PF_ROW, S = CPU_PF_SPREAD;
+    const int avx512 = amd ? KQ_PF(0, S, 0, B) : KQ_PF(R, R, R | S, B);
+    const int avx2 = KQ_PF(S, S, S, B);
+    int p = avx512 | avx2 << 12;
     const char *e = getenv("INVAR_KQ_PREFETCH");
     if (e && *e && strcmp(e, "auto") != 0) {
         int all = -1;
         if (!strcmp(e, "none")) all = 0;
-        else if (!strcmp(e, "row")) all = CPU_PF_ROW;
-        else if (!strcmp(e, "spread")) all = CPU_PF_SPREAD;
-        else if (!strcmp(e, "both")) all = CPU_PF_ROW | CPU_PF_SPREAD;
-        else fprintf(stderr, "invar: ignoring unknown INVAR_KQ_PREFETCH=%s (use auto|row|spread|both|none)\n", e);
-        if (all >= 0) p = all | all << 2 | all << 4;
+        else if (!strcmp(e, "row")) all = R;
+        else if (!strcmp(e, "spread")) all = S;
+        else if (!strcmp(e, "both")) all = R | S;
+        else if (!strcmp(e, "burst")) all = B;
+        else fprintf(stderr, "invar: ignoring unknown INVAR_KQ_PREFETCH=%s (use auto|row|spread|both|burst|none)\n", e);
+        if (all >= 0) p = KQ_PF(all, all, all, all) * (1 | 1 << 12);
     }
     return p;
 }
+#undef KQ_PF
 
-int cpu_kq_prefetch(cpu_kq type) {
+int cpu_kq_prefetch(cpu_isa isa, cpu_kq type) {
     int p = atomic_load_explicit(&g_kq_pf, memory_order_relaxed);
     if (p < 0) {
         p = kq_prefetch_profile(); /* racing first calls compute the same value */
         atomic_store_explicit(&g_kq_pf, p, memory_order_relaxed);
     }
-    return (p >> (2 * (int)type)) & 3;
+    return (p >> ((isa == CPU_ISA_AVX2 ? 12 : 0) + 3 * (int)type)) & 7;
 }
 
 const char *cpu_isa_name(cpu_isa isa) {

@@ -14,30 +14,19 @@
 #include <string.h>
 
 #include "formats/quant.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_avx2_ops.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/matmul_prefetch.h"
 
 #define MR 4
 
-/* Software prefetch of the weight stream (see matmul_avx512.c); each record is
- * read twice (two 8-column halves), prefetch on the first. */
-#define PF_DIST 4096
+/* Each record of the multi-row kernels is read twice (two 8-column halves): its lines
+ * are prefetched on the first. */
 AI void prefetch_rec(const uint8_t *rec, int bytes, int h) {
     if (h) return;
-    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, _MM_HINT_T0);
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, PF_HINT);
 }
-
-/* Prefetch of a record spread over the `parts` steps of its computation (this is step i):
- * the one-row kernels issue a few lines per step, PF_DIST ahead. A burst of a whole K-quant
- * record (37 or 53 lines) before its computation fills the miss buffers and stalls the
- * core: on a DRAM-sized Q4_K stream the one-row kernel read 13.6-15.2 GB/s spread, 12.4-12.8
- * as a burst and 8.2-8.8 without prefetch (bench/README.md). */
-#define PF_SPREAD(rec, bytes, i, parts)                                                \
-    do {                                                                               \
-        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
-        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
-            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, _MM_HINT_T0);        \
-    } while (0)
 
 /* Low nibbles of words 0..3 then high nibbles: the 8 steps of a Q4_0/Q4_1 block. */
 AI void unpack_q4(const uint8_t *rec, int h, __m256i *Q) {
@@ -138,11 +127,13 @@ AI void k_q4_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
+    const int pf = cpu_kq_prefetch(CPU_ISA_AVX2, CPU_KQ_Q4_K);
     __m256 ac[2] = {acc[0], acc[1]}; /* local: GCC kept acc[] in memory across the loop */
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q4_K;
+        const uint8_t *rec = grp + u * MM_REC_Q4_K, *ahead = rec + nu * MM_REC_Q4_K;
         for (int c = 0; c < 4; c++) {
-            PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
+            if (pf & CPU_PF_ROW) PF_ROW(ahead, MM_REC_Q4_K, c, 4);
+            if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, MM_REC_Q4_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
@@ -182,11 +173,13 @@ AI void k_q5_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
+    const int pf = cpu_kq_prefetch(CPU_ISA_AVX2, CPU_KQ_Q5_K);
     __m256 ac[2] = {acc[0], acc[1]};
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q5_K;
+        const uint8_t *rec = grp + u * MM_REC_Q5_K, *ahead = rec + nu * MM_REC_Q5_K;
         UNROLL for (int c = 0; c < 4; c++) {
-            PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
+            if (pf & CPU_PF_ROW) PF_ROW(ahead, MM_REC_Q5_K, c, 4);
+            if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, MM_REC_Q5_K, c, 4);
             const int64_t b0 = u * 8 + 2 * c, b1 = b0 + 1;
             const int8_t *x0 = X.q + 32 * b0, *x1 = X.q + 32 * b1;
             const __m256i xs0 = xsum_pair(&X, b0), xs1 = xsum_pair(&X, b1);
@@ -231,11 +224,13 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m256 *acc
     const xrows X = rows_at(a, i0);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const int64_t nu = X.nb / 8;
+    const int pf = cpu_kq_prefetch(CPU_ISA_AVX2, CPU_KQ_Q6_K);
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * MM_REC_Q6_K;
+        const uint8_t *rec = grp + u * MM_REC_Q6_K, *ahead = rec + nu * MM_REC_Q6_K;
         for (int n = 0; n < 2; n++) {
             UNROLL for (int h = 0; h < 2; h++) {
-                PF_SPREAD(rec, MM_REC_Q6_K, 2 * n + h, 4);
+                if (pf & CPU_PF_ROW) PF_ROW(ahead, MM_REC_Q6_K, 2 * n + h, 4);
+                if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, MM_REC_Q6_K, 2 * n + h, 4);
                 __m256 f[4];
                 UNROLL for (int p = 0; p < 2; p++) {
                     /* pl/ph: the two 16-element halves of blocks qtr = p (A) and p + 2 (B) */
@@ -297,12 +292,15 @@ AI void k_pl(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const int 
     const int64_t nu = X.nb / 8;
     const int rb = MM_REC_PL(256);
     const __m256i m3 = _mm256_set1_epi8(0x03);
+    const int pf = h ? 0 : cpu_kq_prefetch(CPU_ISA_AVX2, CPU_KQ_DECODED); /* as k_decoded */
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * rb;
-        prefetch_rec(rec, rb, h);
+        const uint8_t *rec = grp + u * rb, *ahead = rec + nu * rb;
+        if (pf & CPU_PF_BURST) prefetch_rec(rec, rb, 0);
         const __m256 d = _mm256_loadu_ps((const float *)(rec + MM_PL_D(256) + 32 * h));
         for (int j = 0; j < 8; j++) {
             const int64_t b = u * 8 + j;
+            if (pf & CPU_PF_ROW) PF_ROW(ahead, rb, j, 8);
+            if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, rb, j, 8);
             const __m256i H = ldw(rec + MM_PL_H(256) + 64 * j + 32 * h);
             __m256i Q[8];
             UNROLL for (int p = 0; p < 2; p++) {
@@ -346,13 +344,16 @@ AI void k_decoded(const mm_args *a, const uint8_t *grp, int64_t i0, int h, const
     const __m256i off = _mm256_set1_epi8((char)0x80), m4 = _mm256_set1_epi8(0x0F);
     const __m256i table = NIB ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a->kt->q->codes))
                               : _mm256_setzero_si256();
+    const int pf = h ? 0 : cpu_kq_prefetch(CPU_ISA_AVX2, CPU_KQ_DECODED); /* on the first half's pass */
     for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *rec = grp + u * rb;
-        prefetch_rec(rec, rb, h);
+        const uint8_t *rec = grp + u * rb, *ahead = rec + nu * rb;
+        if (pf & CPU_PF_BURST) prefetch_rec(rec, rb, 0);
         const __m256 d = _mm256_loadu_ps((const float *)(rec + L.d + 32 * h));
         const __m256 dmin = NOMIN ? d : _mm256_loadu_ps((const float *)(rec + L.dmin + 32 * h));
         for (int j = 0; j < n32; j++) {
             const int64_t b = u * n32 + j;
+            if (pf & CPU_PF_ROW) PF_ROW(ahead, rb, j, n32);
+            if (pf & CPU_PF_SPREAD) PF_SPREAD(rec, rb, j, n32);
             __m256i W[8], AW[8];
             if (NIB) {
                 UNROLL for (int t = 0; t < 4; t++) {

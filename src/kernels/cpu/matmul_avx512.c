@@ -36,27 +36,6 @@ AI __m512i dp(__m512i acc, __m512i w, const int8_t *x) { return _mm512_dpbusd_ep
 /* acc = fma(dx, f, acc), the scalar reference's fmaf. */
 AI __m512 accum(__m512 acc, float dx, __m512 f) { return _mm512_fmadd_ps(_mm512_set1_ps(dx), f, acc); }
 
-/* Prefetch of a record spread over the `parts` steps of its computation (this is step
- * i), as the AVX2 one-row kernels do: a burst of a whole K-quant record's lines before
- * its computation fills the miss buffers and stalls the core. */
-#define PF_SPREAD(rec, bytes, i, parts)                                                \
-    do {                                                                               \
-        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
-        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
-            _mm_prefetch((const char *)(rec) + PF_DIST + 64 * l_, PF_HINT);            \
-    } while (0)
-
-/* Prefetch, into L2, of a record one row of records ahead (the same unit of the next
- * column group, nu * rec bytes on), spread over the `parts` steps of the current record's
- * computation (this is step i). For a DRAM-sized Q3_K stream this read faster than the
- * burst of the whole record PF_DIST ahead into L1 (bench/README.md, 2026-12-07). */
-#define PF_ROW(ahead, bytes, i, parts)                                                 \
-    do {                                                                               \
-        const int lines_ = ((bytes) + 63) / 64, per_ = (lines_ + (parts)-1) / (parts); \
-        for (int l_ = (i)*per_; l_ < ((i) + 1) * per_ && l_ < lines_; l_++)            \
-            _mm_prefetch((const char *)(ahead) + 64 * l_, _MM_HINT_T1);                \
-    } while (0)
-
 /* The factor of a Q4_K / Q5_K block from its exact dot p and sub-block j's scale and
  * min (mm_unit_q4_K's operations), entered into acc. */
 AI __m512 kmin_block(__m512 acc, const uint8_t *rec, int j, __m512 d, __m512 dmin, __m512i p, int xs, float dx) {
@@ -78,7 +57,7 @@ AI void k_kmin_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const int64_t nu = X.nb / 8;
     const int RB = Q5 ? MM_REC_Q5_K : MM_REC_Q4_K;
-    const int pf = cpu_kq_prefetch(Q5 ? CPU_KQ_Q5_K : CPU_KQ_Q4_K);
+    const int pf = cpu_kq_prefetch(CPU_ISA_AVX512, Q5 ? CPU_KQ_Q5_K : CPU_KQ_Q4_K);
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * RB, *ahead = rec + nu * RB;
         const __m512 d = f16x16(rec + 2048), dmin = f16x16(rec + 2080);
@@ -120,7 +99,7 @@ AI void k_q6_k_row(const mm_args *a, const uint8_t *grp, int64_t i0, __m512 *acc
     const xrows X = rows_at(a, i0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const int64_t nu = X.nb / 8;
-    const int pf = cpu_kq_prefetch(CPU_KQ_Q6_K);
+    const int pf = cpu_kq_prefetch(CPU_ISA_AVX512, CPU_KQ_Q6_K);
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *rec = grp + u * MM_REC_Q6_K, *ahead = rec + nu * MM_REC_Q6_K;
         UNROLL for (int n = 0; n < 2; n++) {

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/matmul_prefetch.h"
+
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -57,14 +59,6 @@ AI void panel_whole_chains(const __m512i *Q, const uint8_t *xb, const int R, con
     UNROLL for (int t = 0; t < 8; t++) UNROLL for (int r = r0; r < r1; r++) P[r] = dpm(P[r], Q[t], xb + 32 * r + 4 * t);
 }
 
-/* Software prefetch of the weight stream, this far ahead: one core's hardware
- * prefetchers leave decode (m = 1, bandwidth bound) at ~60% of what this reaches. */
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
 AI void prefetch_rec(const uint8_t *rec, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)rec + PF_DIST + o, PF_HINT);
 }
